@@ -1,0 +1,269 @@
+"""BlockPool: every KV cache block, the free queue, and the prefix-cache hash map
+(vllm/v1/core/block_pool.py, 0.31.0).
+
+The life of a block:
+- ``get_new_blocks`` pops it from the free-queue head; if it still held a cached hash, that
+  hash is evicted right then (one BlockRemoved). Its ref_cnt becomes 1.
+- ``cache_full_blocks`` gives full blocks their hash and puts them in the map (one BlockStored
+  per call) as soon as they are allocated, before the model has computed them.
+- ``touch`` is a cache hit: ref_cnt + 1, and a free block leaves the queue.
+- ``free_blocks`` drops ref_cnt; a block reaching 0 keeps its hash and goes back to the queue:
+  to the head if it has no hash (nothing to lose), to the tail if it has one (LRU).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from explorer.core.errors import ConfigError
+from explorer.core.events import MEDIUM_GPU, AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
+from explorer.core.hashing import (
+    BlockHash,
+    BlockHashWithGroupId,
+    get_block_hash,
+    get_group_id,
+    make_block_hash_with_group_id,
+    maybe_convert_block_hash,
+)
+from explorer.core.kv_cache_utils import (
+    FreeKVCacheBlockQueue,
+    KVCacheBlock,
+    generate_block_hash_extra_keys,
+    to_event_extra_keys,
+)
+
+if TYPE_CHECKING:
+    from explorer.core.request import Request
+
+
+class BlockHashToBlockMap:
+    """key -> block, or key -> {block_id: block} once a second block has the same key.
+
+    Identical blocks are not de-duplicated (block_pool.py:35-133): a block id, once in a
+    request's block table, never changes, so an identical block cached later is kept as a
+    duplicate. A lookup returns the earliest-inserted survivor.
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[BlockHashWithGroupId, KVCacheBlock | dict[int, KVCacheBlock]] = {}
+
+    def get_one_block(self, key: BlockHashWithGroupId) -> KVCacheBlock | None:
+        blocks = self._cache.get(key)
+        if blocks is None:
+            return None
+        if isinstance(blocks, KVCacheBlock):
+            return blocks
+        return next(iter(blocks.values()))
+
+    def insert(self, key: BlockHashWithGroupId, block: KVCacheBlock) -> None:
+        blocks = self._cache.get(key)
+        if blocks is None:
+            self._cache[key] = block
+        elif isinstance(blocks, KVCacheBlock):
+            self._cache[key] = {blocks.block_id: blocks, block.block_id: block}
+        else:
+            blocks[block.block_id] = block
+
+    def pop(self, key: BlockHashWithGroupId, block_id: int) -> KVCacheBlock | None:
+        """Remove one block under ``key``; other copies of a duplicate stay."""
+        blocks = self._cache.pop(key, None)
+        if blocks is None:
+            return None
+        if isinstance(blocks, KVCacheBlock):
+            if blocks.block_id == block_id:
+                return blocks
+            self._cache[key] = blocks
+            return None
+        block = blocks.pop(block_id, None)
+        if blocks:
+            self._cache[key] = blocks
+        return block
+
+    def items(self) -> Iterable[tuple[BlockHashWithGroupId, list[KVCacheBlock]]]:
+        """(key, blocks in insertion order) for every key."""
+        for key, blocks in self._cache.items():
+            yield key, [blocks] if isinstance(blocks, KVCacheBlock) else list(blocks.values())
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+
+class BlockPool:
+    def __init__(
+        self,
+        num_gpu_blocks: int,
+        enable_caching: bool = True,
+        enable_kv_cache_events: bool = False,
+        use_int_block_hashes: bool = True,
+    ) -> None:
+        if not isinstance(num_gpu_blocks, int) or num_gpu_blocks < 2:
+            raise ConfigError(
+                f"num_blocks must be an integer >= 2 (block 0 is the null block), got {num_gpu_blocks!r}"
+            )
+        self.num_gpu_blocks = num_gpu_blocks
+        self.enable_caching = enable_caching
+        self.enable_kv_cache_events = enable_kv_cache_events
+        # Plays VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES (default on): events carry 64-bit ints.
+        self.use_int_block_hashes = use_int_block_hashes
+        self.medium = MEDIUM_GPU
+        self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
+        self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
+        self.cached_block_hash_to_block = BlockHashToBlockMap()
+        # Block 0 is a placeholder for skipped slots; its ref_cnt is not maintained.
+        self.null_block = self.free_block_queue.popleft()
+        self.null_block.is_null = True
+        self.kv_event_queue: list[KVCacheEvent] = []
+
+    # ---- lookup ----------------------------------------------------------------------------
+
+    def get_cached_block(self, block_hash: BlockHash, kv_cache_group_ids: Sequence[int]) -> list[KVCacheBlock] | None:
+        """One cached block per group for this hash, or None if any group misses."""
+        out = []
+        for gid in kv_cache_group_ids:
+            block = self.cached_block_hash_to_block.get_one_block(make_block_hash_with_group_id(block_hash, gid))
+            if block is None:
+                return None
+            out.append(block)
+        return out
+
+    # ---- caching ---------------------------------------------------------------------------
+
+    def cache_full_blocks(
+        self,
+        request: Request,
+        blocks: Sequence[KVCacheBlock],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        block_size: int,
+        kv_cache_group_id: int,
+    ) -> None:
+        """Give ``blocks[num_cached_blocks:num_full_blocks]`` their hashes and queue one
+        BlockStored for all of them (block_pool.py:226-344)."""
+        if num_cached_blocks >= num_full_blocks:
+            return
+        use_int = self.use_int_block_hashes
+        new_hashes = []
+        extra_keys = []
+        for i in range(num_cached_blocks, num_full_blocks):
+            blk = blocks[i]
+            if blk.is_null:
+                continue
+            block_hash = request.block_hashes[i]
+            key = make_block_hash_with_group_id(block_hash, kv_cache_group_id)
+            # A block that already holds this key (a hit) is left alone.
+            if blk.block_hash != key:
+                blk.set_block_hash(key)
+                self.cached_block_hash_to_block.insert(key, blk)
+            if self.enable_kv_cache_events:
+                new_hashes.append(maybe_convert_block_hash(block_hash, use_int))
+                start = i * block_size
+                extra_keys.append(generate_block_hash_extra_keys(request, start, start + block_size))
+        if not self.enable_kv_cache_events:
+            return
+        parent = (
+            None
+            if num_cached_blocks == 0
+            else maybe_convert_block_hash(request.block_hashes[num_cached_blocks - 1], use_int)
+        )
+        lora = request.lora_request
+        self.kv_event_queue.append(
+            BlockStored(
+                block_hashes=new_hashes,
+                parent_block_hash=parent,
+                token_ids=request.all_token_ids[num_cached_blocks * block_size : num_full_blocks * block_size],
+                block_size=block_size,
+                lora_id=lora.adapter_id if lora else None,
+                medium=self.medium,
+                lora_name=lora.name if lora else None,
+                extra_keys=to_event_extra_keys(extra_keys),
+                group_idx=kv_cache_group_id,
+            )
+        )
+
+    # ---- allocation and eviction -----------------------------------------------------------
+
+    def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
+        """Pop ``num_blocks`` from the free-queue head, evicting any hash they still hold."""
+        if num_blocks > self.get_num_free_blocks():
+            raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
+        ret = self.free_block_queue.popleft_n(num_blocks)
+        for block in ret:
+            if self.enable_caching:
+                self._maybe_evict_cached_block(block)
+            assert block.ref_cnt == 0
+            block.ref_cnt = 1
+        return ret
+
+    def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
+        """Drop the block's hash from the map (one copy of a duplicate) and announce it."""
+        key = block.block_hash
+        if key is None:
+            return False
+        removed = self.cached_block_hash_to_block.pop(key, block.block_id) is not None
+        block.reset_hash()
+        if removed and self.enable_kv_cache_events:
+            self.kv_event_queue.append(
+                BlockRemoved(
+                    block_hashes=[maybe_convert_block_hash(get_block_hash(key), self.use_int_block_hashes)],
+                    medium=self.medium,
+                    group_idx=get_group_id(key),
+                )
+            )
+        return removed
+
+    def touch(self, blocks: Sequence[KVCacheBlock]) -> None:
+        """A cache hit: a free block leaves the queue, and every block gets ref_cnt + 1."""
+        for block in blocks:
+            if block.ref_cnt == 0 and not block.is_null:
+                self.free_block_queue.remove(block)
+            block.ref_cnt += 1
+
+    def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
+        """Release blocks given in eviction order (a request passes its blocks reversed).
+
+        Blocks reaching ref_cnt 0 keep their hash. Unhashed ones go to the *front* of the
+        queue, to be reused first (they can never be hit); hashed ones to the *back*, so the
+        least recently freed cached block is evicted first. No event: the KV is still valid.
+        """
+        evict_first: list[KVCacheBlock] = []
+        evict_last: list[KVCacheBlock] = []
+        for block in ordered_blocks:
+            block.ref_cnt -= 1
+            if block.ref_cnt == 0 and not block.is_null:
+                if block.block_hash is None or not self.enable_caching:
+                    evict_first.append(block)
+                else:
+                    evict_last.append(block)
+        self.free_block_queue.prepend_n(evict_first)
+        self.free_block_queue.append_n(evict_last)
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every hash, only when no block but the null block is in use.
+
+        One AllBlocksCleared and no BlockRemoved; the free-queue order is unchanged.
+        """
+        if self.num_gpu_blocks - self.get_num_free_blocks() != 1:
+            return False
+        self.cached_block_hash_to_block = BlockHashToBlockMap()
+        for block in self.blocks:
+            block.reset_hash()
+        if self.enable_kv_cache_events:
+            self.kv_event_queue.append(AllBlocksCleared())
+        return True
+
+    # ---- accounting ------------------------------------------------------------------------
+
+    def get_num_free_blocks(self) -> int:
+        return self.free_block_queue.num_free_blocks
+
+    def get_usage(self) -> float:
+        """Fraction of the usable blocks (all but the null block) in use."""
+        total = self.num_gpu_blocks - 1
+        return 1.0 - self.get_num_free_blocks() / total if total else 0.0
+
+    def take_events(self) -> list[KVCacheEvent]:
+        if not self.enable_kv_cache_events:
+            return []
+        events, self.kv_event_queue = self.kv_event_queue, []
+        return events

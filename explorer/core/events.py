@@ -1,0 +1,158 @@
+"""KV cache events and their wire form (vllm/distributed/kv_events.py:31-143).
+
+vLLM declares the events as tagged msgspec structs that are *not* array-like, so each event
+goes on the wire as a msgpack map led by ``"type": "<ClassName>"``; fields without a default
+are always written (even when None), fields at their default (None) are left out. A batch is
+an array ``[ts (float64), [events...], data_parallel_rank]``.
+
+The classes here are plain dataclasses with the same fields in the same order, and
+`event_to_map` produces exactly the map msgspec would write, so encoding that map with any
+msgpack encoder that keeps key order gives vLLM's bytes. msgspec is imported only by the codec.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any
+
+from explorer.core.hashing import ExternalBlockHash
+
+MEDIUM_GPU = "GPU"
+
+
+@dataclass(slots=True)
+class BlockStored:
+    block_hashes: list[ExternalBlockHash]
+    parent_block_hash: ExternalBlockHash | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None
+    medium: str | None
+    lora_name: str | None
+    extra_keys: list[tuple | None] | None = None
+    group_idx: int | None = None
+    kv_cache_spec_kind: str | None = None
+    kv_cache_spec_sliding_window: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
+    session_id: str | None = None
+
+
+@dataclass(slots=True)
+class BlockRemoved:
+    block_hashes: list[ExternalBlockHash]
+    medium: str | None
+    group_idx: int | None = None
+    locality: str | None = None
+    ownership: str | None = None
+
+
+@dataclass(slots=True)
+class AllBlocksCleared:
+    pass
+
+
+KVCacheEvent = BlockStored | BlockRemoved | AllBlocksCleared
+EVENT_TYPES = {cls.__name__: cls for cls in (BlockStored, BlockRemoved, AllBlocksCleared)}
+
+
+@dataclass(slots=True)
+class KVEventBatch:
+    ts: float
+    events: list[Any] = field(default_factory=list)
+    data_parallel_rank: int | None = None
+
+
+def _field_plan(cls) -> list[tuple[str, bool]]:
+    """(name, always_written) for each field in declaration order."""
+    return [(f.name, f.default is MISSING and f.default_factory is MISSING) for f in fields(cls)]
+
+
+_PLANS = {cls: _field_plan(cls) for cls in EVENT_TYPES.values()}
+
+
+def event_to_map(event: KVCacheEvent) -> dict[str, Any]:
+    """The map vLLM's msgspec encoder writes for an event: tag first, defaults left out.
+
+    Tuples (inside ``extra_keys``) become lists, as msgpack arrays decode.
+    """
+    cls = type(event)
+    out: dict[str, Any] = {"type": cls.__name__}
+    for name, always in _PLANS[cls]:
+        value = getattr(event, name)
+        if always or value is not None:
+            out[name] = _plain(value)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def event_from_map(m: dict[str, Any]) -> KVCacheEvent:
+    """Build an event from a decoded map; unknown keys are ignored, as msgspec does."""
+    cls = EVENT_TYPES.get(m.get("type"))  # type: ignore[arg-type]
+    if cls is None:
+        raise ValueError(f"unknown KV event type {m.get('type')!r}")
+    kwargs = {}
+    for name, always in _PLANS[cls]:
+        if name in m:
+            kwargs[name] = m[name]
+        elif always:
+            raise ValueError(f"{cls.__name__} is missing field {name!r}")
+    return cls(**kwargs)
+
+
+def to_json_value(value: Any) -> Any:
+    """JSON form used by the replay JSON: bytes become lowercase hex."""
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, (list, tuple)):
+        return [to_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: to_json_value(v) for k, v in value.items()}
+    return value
+
+
+def event_to_json(event: KVCacheEvent) -> dict[str, Any]:
+    return to_json_value(event_to_map(event))
+
+
+def encode_batch(batch: KVEventBatch) -> bytes:
+    """The msgpack payload vLLM's publisher sends for a batch."""
+    import msgspec
+
+    return msgspec.msgpack.encode(
+        [float(batch.ts), [event_to_map(e) for e in batch.events], batch.data_parallel_rank]
+    )
+
+
+def decode_batch(payload: bytes) -> KVEventBatch:
+    """Decode a payload; raises ValueError on anything that is not a well-formed batch."""
+    import msgspec
+
+    try:
+        raw = msgspec.msgpack.decode(payload)
+    except msgspec.DecodeError as e:
+        raise ValueError(f"malformed msgpack: {e}") from None
+    if not isinstance(raw, list) or len(raw) < 2:
+        raise ValueError("a KV event batch must be an array [ts, events, data_parallel_rank]")
+    ts, events = raw[0], raw[1]
+    dp_rank = raw[2] if len(raw) > 2 else None
+    if isinstance(ts, bool) or not isinstance(ts, (int, float)):
+        raise ValueError("batch ts is not a number")
+    if not isinstance(events, list):
+        raise ValueError("batch events is not an array")
+    if dp_rank is not None and (isinstance(dp_rank, bool) or not isinstance(dp_rank, int)):
+        raise ValueError("batch data_parallel_rank is not an int")
+    out = []
+    for m in events:
+        if not isinstance(m, dict):
+            raise ValueError("a KV event is not a map")
+        try:
+            out.append(event_from_map(m))
+        except TypeError as e:
+            raise ValueError(f"bad KV event: {e}") from None
+    return KVEventBatch(float(ts), out, dp_rank)

@@ -1,0 +1,174 @@
+"""KVCacheManager: what the scheduler calls (vllm/v1/core/kv_cache_manager.py, 0.31.0).
+
+A scheduler admitting a request calls, in order:
+1. ``get_computed_blocks(request)``: the longest cached prefix, capped at num_tokens - 1;
+2. ``allocate_slots(request, num_new_tokens, num_new_computed_tokens, new_computed_blocks)``:
+   check there is room (new blocks + free hit blocks), touch the hits, pop new blocks, cache
+   the blocks that are full after this step; None when there is no room;
+3. ``record_prefix_cache_stats(request, num_hits)`` once admission succeeded.
+``free(request)`` gives the blocks back when the request finishes or is preempted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from explorer.core.block_pool import BlockPool
+from explorer.core.errors import ConfigError, SchedulingError
+from explorer.core.events import BlockStored, KVCacheEvent
+from explorer.core.kv_cache_utils import KVCacheBlock
+from explorer.core.metrics import PrefixCacheStats
+from explorer.core.request import Request
+from explorer.core.single_type_kv_cache_manager import FullAttentionManager, SingleTypeKVCacheManager
+
+
+@dataclass(frozen=True, slots=True)
+class KVCacheBlocks:
+    """Blocks per KV cache group (one group here), as allocate_slots returns them."""
+
+    blocks: tuple[list[KVCacheBlock], ...]
+
+    def get_block_ids(self) -> tuple[list[int], ...]:
+        return tuple([b.block_id for b in group] for group in self.blocks)
+
+    def __len__(self) -> int:
+        return len(self.blocks[0])
+
+
+class KVCacheManager:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int = 16,
+        max_model_len: int = 1 << 20,
+        enable_caching: bool = True,
+        enable_kv_cache_events: bool = False,
+        log_stats: bool = True,
+        use_int_block_hashes: bool = True,
+    ) -> None:
+        if not isinstance(block_size, int) or block_size < 1:
+            raise ConfigError(f"block_size must be a positive integer, got {block_size!r}")
+        if not isinstance(max_model_len, int) or max_model_len < 1:
+            raise ConfigError(f"max_model_len must be a positive integer, got {max_model_len!r}")
+        self.block_size = block_size
+        self.max_model_len = max_model_len
+        self.enable_caching = enable_caching
+        self.enable_kv_cache_events = enable_kv_cache_events
+        self.log_stats = log_stats
+        self.block_pool = BlockPool(num_blocks, enable_caching, enable_kv_cache_events, use_int_block_hashes)
+        self.single_type_managers: list[SingleTypeKVCacheManager] = [
+            FullAttentionManager(self.block_pool, block_size, 0, enable_caching)
+        ]
+        self.prefix_cache_stats: PrefixCacheStats | None = PrefixCacheStats() if log_stats else None
+
+    @property
+    def usage(self) -> float:
+        return self.block_pool.get_usage()
+
+    # ---- lookup ----------------------------------------------------------------------------
+
+    def prefix_cache_lookup_enabled(self, request: Request) -> bool:
+        return self.enable_caching and not request.skip_reading_prefix_cache
+
+    def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
+        """The cached prefix of a new request and its length in tokens.
+
+        The lookup never covers the last token: the model must run at least one token to
+        produce logits, and since hits are whole blocks a fully cached prompt recomputes its
+        whole last block (kv_cache_manager.py:295). Nothing is touched and no stats recorded.
+        (vLLM returns a third value, a boundary that only sparse-retention groups use.)
+        """
+        if not self.prefix_cache_lookup_enabled(request):
+            return self.empty_blocks(), 0
+        max_cache_hit_length = request.num_tokens - 1
+        hits = self.single_type_managers[0].find_longest_cache_hit(request.block_hashes, max_cache_hit_length)
+        return KVCacheBlocks((hits,)), len(hits) * self.block_size
+
+    # ---- allocation ------------------------------------------------------------------------
+
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: KVCacheBlocks | None = None,
+    ) -> KVCacheBlocks | None:
+        """Slots for ``num_new_tokens`` more tokens after the computed ones and the new hits.
+
+        Returns only the newly allocated blocks, or None (changing nothing) when the free queue
+        cannot supply the new blocks plus the free hit blocks. On success the blocks that are
+        full after this step are cached at once, before the model computes them, capped at
+        ``request.num_tokens`` (kv_cache_manager.py:371-614).
+        """
+        if num_new_tokens == 0 and num_new_computed_tokens == 0:
+            raise SchedulingError("num_new_tokens must be greater than 0 when there are no computed tokens to adopt")
+        hit_blocks = new_computed_blocks.blocks[0] if new_computed_blocks is not None else []
+        num_local_computed = request.num_computed_tokens + num_new_computed_tokens
+        total_computed = min(num_local_computed, self.max_model_len)
+        num_tokens_need_slot = min(total_computed + num_new_tokens, self.max_model_len)
+
+        rid = request.request_id
+        managers = self.single_type_managers
+        required = sum(m.get_num_blocks_to_allocate(rid, num_tokens_need_slot, hit_blocks) for m in managers)
+        if required > self.block_pool.get_num_free_blocks():
+            return None
+
+        # Touch before popping: a request can never evict its own hits.
+        if hit_blocks:
+            for m in managers:
+                m.add_local_computed_blocks(rid, hit_blocks)
+        new_blocks = tuple(m.allocate_new_blocks(rid, num_tokens_need_slot) for m in managers)
+
+        if self.enable_caching:
+            num_tokens_to_cache = min(total_computed + num_new_tokens, request.num_tokens)
+            for m in managers:
+                m.cache_blocks(request, num_tokens_to_cache)
+        return KVCacheBlocks(new_blocks)
+
+    def free(self, request: Request) -> None:
+        for m in self.single_type_managers:
+            m.free(request.request_id)
+
+    def empty_blocks(self) -> KVCacheBlocks:
+        return KVCacheBlocks(tuple([] for _ in self.single_type_managers))
+
+    def get_blocks(self, request_id: str) -> KVCacheBlocks:
+        return KVCacheBlocks(tuple(list(m.req_to_blocks.get(request_id, ())) for m in self.single_type_managers))
+
+    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        return self.get_blocks(request_id).get_block_ids()
+
+    # ---- reset, stats, events --------------------------------------------------------------
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached hash; refused (False) while any request holds blocks."""
+        if not self.block_pool.reset_prefix_cache():
+            return False
+        if self.log_stats:
+            assert self.prefix_cache_stats is not None
+            self.prefix_cache_stats.reset = True
+        return True
+
+    def record_prefix_cache_stats(self, request: Request, num_hits: int) -> None:
+        """Count an admitted request's lookup; nothing for a request that skipped it."""
+        if not self.log_stats or not self.prefix_cache_lookup_enabled(request):
+            return
+        assert self.prefix_cache_stats is not None
+        self.prefix_cache_stats.record(request.num_tokens, num_hits, preempted=request.num_preemptions > 0)
+
+    def make_prefix_cache_stats(self) -> PrefixCacheStats | None:
+        """The stats since the last call, replaced by fresh ones."""
+        if not self.log_stats:
+            return None
+        stats, self.prefix_cache_stats = self.prefix_cache_stats, PrefixCacheStats()
+        return stats
+
+    def take_events(self) -> list[KVCacheEvent]:
+        """The pool's queued events; BlockStored gets its group's spec kind and window."""
+        events = self.block_pool.take_events()
+        for ev in events:
+            if isinstance(ev, BlockStored) and ev.group_idx is not None and 0 <= ev.group_idx < len(self.single_type_managers):
+                m = self.single_type_managers[ev.group_idx]
+                ev.kv_cache_spec_kind = m.kind
+                ev.kv_cache_spec_sliding_window = m.sliding_window
+        return events

@@ -1,0 +1,231 @@
+"""Blocks, the free queue, and the request block hasher (vllm/v1/core/kv_cache_utils.py).
+
+Line references are to vLLM 0.31.0.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from explorer.core.hashing import BlockHash, BlockHashWithGroupId, HashContext
+
+if TYPE_CHECKING:
+    from explorer.core.request import Request
+
+
+@dataclass(slots=True, eq=False)
+class KVCacheBlock:
+    """Metadata of one KV cache block (kv_cache_utils.py:175-238).
+
+    ``eq=False``: blocks compare by identity, which is all the pool needs.
+    """
+
+    block_id: int
+    ref_cnt: int = 0
+    # The hash-map key (digest + group id); set only while the block is cached.
+    _block_hash: BlockHashWithGroupId | None = None
+    # Links of the intrusive free list; only FreeKVCacheBlockQueue touches them.
+    prev_free_block: KVCacheBlock | None = None
+    next_free_block: KVCacheBlock | None = None
+    # Block 0: a placeholder that is never handed out or cached.
+    is_null: bool = False
+
+    @property
+    def block_hash(self) -> BlockHashWithGroupId | None:
+        return self._block_hash
+
+    def set_block_hash(self, block_hash: BlockHashWithGroupId) -> None:
+        assert self._block_hash is None, "The block already has a hash."
+        self._block_hash = block_hash
+
+    def reset_hash(self) -> None:
+        """Drop the hash when the block is evicted or the cache is reset."""
+        self._block_hash = None
+
+    def __repr__(self) -> str:
+        h = self._block_hash.hex()[:8] if self._block_hash else None
+        return f"KVCacheBlock(id={self.block_id}, ref_cnt={self.ref_cnt}, hash={h})"
+
+
+class FreeKVCacheBlockQueue:
+    """The free blocks as an intrusive doubly linked list (kv_cache_utils.py:241-496).
+
+    A deque cannot remove from the middle in O(1), and a cache hit on a free block must do
+    exactly that (``touch``). The links live in the blocks themselves, so no list node is
+    allocated. Two sentinels (id -1) remove the empty-list branches. The head is the next
+    block to be handed out, and so the next cached block to be evicted.
+    """
+
+    def __init__(self, blocks: list[KVCacheBlock]) -> None:
+        self.num_free_blocks = len(blocks)
+        self.fake_free_list_head = KVCacheBlock(block_id=-1)
+        self.fake_free_list_tail = KVCacheBlock(block_id=-1)
+        prev = self.fake_free_list_head
+        for block in blocks:
+            prev.next_free_block = block
+            block.prev_free_block = prev
+            prev = block
+        prev.next_free_block = self.fake_free_list_tail
+        self.fake_free_list_tail.prev_free_block = prev
+
+    def popleft(self) -> KVCacheBlock:
+        first = self.fake_free_list_head.next_free_block
+        if first is self.fake_free_list_tail or first is None:
+            raise ValueError("No free blocks available")
+        self._unlink(first)
+        return first
+
+    def popleft_n(self, n: int) -> list[KVCacheBlock]:
+        if n == 0:
+            return []
+        if n > self.num_free_blocks:
+            raise ValueError(f"Cannot pop {n} blocks: only {self.num_free_blocks} are free")
+        out = []
+        curr = self.fake_free_list_head.next_free_block
+        for _ in range(n):
+            out.append(curr)
+            nxt = curr.next_free_block
+            curr.prev_free_block = curr.next_free_block = None
+            curr = nxt
+        self.fake_free_list_head.next_free_block = curr
+        curr.prev_free_block = self.fake_free_list_head
+        self.num_free_blocks -= n
+        return out
+
+    def remove(self, block: KVCacheBlock) -> None:
+        """Unlink a block from anywhere in the queue in O(1)."""
+        if block.prev_free_block is None or block.next_free_block is None:
+            raise RuntimeError(f"remove() called on a block that is not free: {block}")
+        self._unlink(block)
+
+    def _unlink(self, block: KVCacheBlock) -> None:
+        block.prev_free_block.next_free_block = block.next_free_block
+        block.next_free_block.prev_free_block = block.prev_free_block
+        block.prev_free_block = block.next_free_block = None
+        self.num_free_blocks -= 1
+
+    def append(self, block: KVCacheBlock) -> None:
+        self.append_n([block])
+
+    def append_n(self, blocks: Sequence[KVCacheBlock]) -> None:
+        """Add blocks at the tail, keeping their order (the last one becomes the tail)."""
+        if not blocks:
+            return
+        last = self.fake_free_list_tail.prev_free_block
+        for block in blocks:
+            block.prev_free_block = last
+            last.next_free_block = block
+            last = block
+        last.next_free_block = self.fake_free_list_tail
+        self.fake_free_list_tail.prev_free_block = last
+        self.num_free_blocks += len(blocks)
+
+    def prepend_n(self, blocks: Sequence[KVCacheBlock]) -> None:
+        """Add blocks at the head, keeping their order (``blocks[0]`` becomes the head)."""
+        if not blocks:
+            return
+        first = self.fake_free_list_head.next_free_block
+        prev = self.fake_free_list_head
+        for block in blocks:
+            block.prev_free_block = prev
+            prev.next_free_block = block
+            prev = block
+        prev.next_free_block = first
+        first.prev_free_block = prev
+        self.num_free_blocks += len(blocks)
+
+    def get_all_free_blocks(self) -> list[KVCacheBlock]:
+        """Every free block, head (next out) to tail."""
+        out = []
+        curr = self.fake_free_list_head.next_free_block
+        while curr is not self.fake_free_list_tail:
+            out.append(curr)
+            curr = curr.next_free_block
+        return out
+
+
+# ---- extra keys (kv_cache_utils.py:499-681) -------------------------------------------------
+
+
+def _gen_mm_extra_hash_keys(request: Request, start: int, end: int) -> list[tuple]:
+    """One ``("mm", identifier, offset - start)`` per multimodal item overlapping [start, end).
+
+    The offset is relative to the block start, so it is negative for an item that began in an
+    earlier block. Items are sorted by offset and do not overlap, so their ends are sorted too
+    and the overlapping ones form one contiguous run, found by bisection.
+    """
+    feats = request.mm_features
+    if not feats:
+        return []
+    lo = bisect.bisect_right(request.mm_ends, start)  # first item ending after start
+    keys = []
+    for f in feats[lo:]:
+        if f.offset >= end:
+            break
+        keys.append(("mm", f.identifier, f.offset - start))
+    return keys
+
+
+def generate_block_hash_extra_keys(request: Request, start: int, end: int) -> tuple | None:
+    """The extra keys of block [start, end): LoRA, then images, then cache_salt (first block
+    only), each tagged with its source; None when there are none (kv_cache_utils.py:614-652).
+    Prompt embeddings, the fourth kind, are not modelled.
+    """
+    keys: list[Any] = []
+    if request.lora_request is not None:
+        # The path is included: re-pointing a name at another adapter must not reuse KV.
+        keys.append(("lora", request.lora_request.lora_name, request.lora_request.lora_path))
+    keys.extend(_gen_mm_extra_hash_keys(request, start, end))
+    if start == 0 and request.cache_salt:
+        keys.append(("cache_salt", request.cache_salt))
+    return tuple(keys) if keys else None
+
+
+def to_event_extra_keys(extra_keys: Iterable[tuple | None] | None) -> list[tuple | None] | None:
+    """Strip the tags for KV events: an image key becomes (identifier, offset), any other key
+    its bare value (the LoRA path is dropped). One entry per block; None if there are none."""
+    if not extra_keys:
+        return None
+    out = [
+        None if keys is None else tuple(k[1:] if k[0] == "mm" else k[1] for k in keys)
+        for keys in extra_keys
+    ]
+    return out or None
+
+
+def hash_block_tokens(
+    ctx: HashContext,
+    parent_block_hash: BlockHash | None,
+    curr_block_token_ids: Sequence[int],
+    extra_keys: tuple | None = None,
+) -> BlockHash:
+    """hash_fn((parent, tuple(tokens), extra_keys)); a falsy parent means NONE_HASH."""
+    if not parent_block_hash:
+        parent_block_hash = ctx.none_hash
+    return BlockHash(ctx.hash_fn((parent_block_hash, tuple(curr_block_token_ids), extra_keys)))
+
+
+def get_request_block_hasher(
+    block_size: int, ctx: HashContext
+) -> Callable[[Request], list[BlockHash]]:
+    """A function that hashes every full block of a request not hashed yet, chained from the
+    last known hash (kv_cache_utils.py:836-895). A partial tail gets no hash; it is hashed when
+    sampled tokens fill it."""
+
+    def request_block_hasher(request: Request) -> list[BlockHash]:
+        start = len(request.block_hashes) * block_size
+        tokens = request.all_token_ids
+        parent = request.block_hashes[-1] if request.block_hashes else None
+        new_hashes: list[BlockHash] = []
+        while start + block_size <= len(tokens):
+            end = start + block_size
+            extra = generate_block_hash_extra_keys(request, start, end)
+            parent = hash_block_tokens(ctx, parent, tokens[start:end], extra)
+            new_hashes.append(parent)
+            start = end
+        return new_hashes
+
+    return request_block_hasher

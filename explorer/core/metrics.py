@@ -1,0 +1,100 @@
+"""Prefix cache statistics (vllm/v1/metrics/stats.py:116-143, loggers.py:35-113)."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+
+@dataclass
+class PrefixCacheStats:
+    """Token counters recorded by the scheduler when it admits a request.
+
+    ``queries`` counts the request's tokens and ``hits`` its local hit tokens. A request that
+    was preempted before counts apart (``preempted_*``), never in both.
+    """
+
+    reset: bool = False
+    requests: int = 0
+    queries: int = 0
+    hits: int = 0
+    preempted_requests: int = 0
+    preempted_queries: int = 0
+    preempted_hits: int = 0
+
+    def record(self, num_tokens: int, num_hits: int, preempted: bool) -> None:
+        if preempted:
+            self.preempted_requests += 1
+            self.preempted_queries += num_tokens
+            self.preempted_hits += num_hits
+        else:
+            self.requests += 1
+            self.queries += num_tokens
+            self.hits += num_hits
+
+    def add(self, other: PrefixCacheStats) -> None:
+        """Accumulate another update into running totals (``reset`` is not a counter)."""
+        self.requests += other.requests
+        self.queries += other.queries
+        self.hits += other.hits
+        self.preempted_requests += other.preempted_requests
+        self.preempted_queries += other.preempted_queries
+        self.preempted_hits += other.preempted_hits
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "requests": self.requests,
+            "queries": self.queries,
+            "hits": self.hits,
+            "preempted_requests": self.preempted_requests,
+            "preempted_queries": self.preempted_queries,
+            "preempted_hits": self.preempted_hits,
+        }
+
+
+class CachingMetrics:
+    """The hit rate over about the last ``max_recent_requests`` requests, as vLLM logs it.
+
+    Updates are kept whole: the oldest whole update is dropped while more than one is kept and
+    the total is over the limit, so the newest update always stays even if it alone is over.
+    Updates with no request are ignored, so idle steps do not push real ones out. Preempted
+    requests are not part of it.
+    """
+
+    def __init__(self, max_recent_requests: int = 1000) -> None:
+        self.max_recent_requests = max_recent_requests
+        self.aggregated_requests = 0
+        self.aggregated_query_total = 0
+        self.aggregated_query_hit = 0
+        self.query_queue: deque[tuple[int, int, int]] = deque()
+
+    def observe(self, stats: PrefixCacheStats) -> None:
+        if stats.reset:
+            self.reset()
+        if stats.requests == 0:
+            return
+        self.query_queue.append((stats.requests, stats.queries, stats.hits))
+        self.aggregated_requests += stats.requests
+        self.aggregated_query_total += stats.queries
+        self.aggregated_query_hit += stats.hits
+        while len(self.query_queue) > 1 and self.aggregated_requests > self.max_recent_requests:
+            r, q, h = self.query_queue.popleft()
+            self.aggregated_requests -= r
+            self.aggregated_query_total -= q
+            self.aggregated_query_hit -= h
+
+    def reset(self) -> None:
+        self.aggregated_requests = 0
+        self.aggregated_query_total = 0
+        self.aggregated_query_hit = 0
+        self.query_queue.clear()
+
+    @property
+    def empty(self) -> bool:
+        return self.aggregated_requests == 0
+
+    @property
+    def hit_rate(self) -> float:
+        if self.aggregated_query_total == 0:
+            return 0.0
+        return self.aggregated_query_hit / self.aggregated_query_total

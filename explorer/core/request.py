@@ -1,0 +1,141 @@
+"""A request as the KV cache manager sees it (vllm/v1/request.py).
+
+Its block hashes are computed when it is built and extended whenever appended output tokens
+complete a block: a request knows a block's hash as soon as the block's tokens are known, long
+before the pool caches it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from explorer.core.errors import RequestError
+from explorer.core.hashing import BlockHash
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    FINISHED = "finished"
+
+
+@dataclass(frozen=True, slots=True)
+class LoRARequest:
+    """A LoRA adapter: the name and path go into every block's extra keys, the integer id into
+    BlockStored.lora_id."""
+
+    lora_name: str
+    lora_int_id: int
+    lora_path: str
+
+    def __post_init__(self) -> None:
+        if not self.lora_name:
+            raise RequestError("a LoRA needs a non-empty name")
+        if not self.lora_path:
+            raise RequestError(f"LoRA {self.lora_name!r} needs a non-empty path (vLLM refuses an empty one)")
+        if self.lora_int_id < 1:
+            raise RequestError(f"LoRA {self.lora_name!r} needs an integer id >= 1")
+
+    @property
+    def name(self) -> str:
+        return self.lora_name
+
+    @property
+    def adapter_id(self) -> int:
+        return self.lora_int_id
+
+
+@dataclass(frozen=True, slots=True)
+class MultiModalFeature:
+    """An image (or other item) placeholder: ``identifier`` is vLLM's content hash of the
+    item, and it covers prompt tokens [offset, offset + length)."""
+
+    identifier: str
+    offset: int
+    length: int
+
+
+def check_mm_features(features: Sequence[MultiModalFeature], num_prompt_tokens: int) -> None:
+    """Items must be sorted by offset, inside the prompt, at least one token long and must not
+    overlap: vLLM's extra-key walk assumes all of that."""
+    prev_end = 0
+    for i, f in enumerate(features):
+        if not f.identifier:
+            raise RequestError(f"image #{i} needs a non-empty id")
+        if f.length < 1:
+            raise RequestError(f"image {f.identifier!r} has length {f.length}; it must be >= 1")
+        if f.offset < 0 or f.offset + f.length > num_prompt_tokens:
+            raise RequestError(
+                f"image {f.identifier!r} covers tokens [{f.offset}, {f.offset + f.length}), "
+                f"outside the {num_prompt_tokens}-token prompt"
+            )
+        if f.offset < prev_end:
+            raise RequestError(
+                f"image {f.identifier!r} at offset {f.offset} overlaps the previous image "
+                "(items must be sorted by offset and must not overlap)"
+            )
+        prev_end = f.offset + f.length
+
+
+class Request:
+    def __init__(
+        self,
+        request_id: str,
+        prompt_token_ids: Sequence[int],
+        block_hasher: Callable[[Request], list[BlockHash]] | None = None,
+        lora_request: LoRARequest | None = None,
+        cache_salt: str | None = None,
+        mm_features: Sequence[MultiModalFeature] = (),
+        prompt_logprobs: bool = False,
+    ) -> None:
+        if len(prompt_token_ids) == 0:
+            raise RequestError(f"request {request_id!r} has an empty prompt")
+        mm_features = sorted(mm_features, key=lambda f: f.offset)
+        check_mm_features(mm_features, len(prompt_token_ids))
+        self.request_id = request_id
+        self.prompt_token_ids = list(prompt_token_ids)
+        self.all_token_ids = list(prompt_token_ids)
+        self.output_token_ids: list[int] = []
+        self.num_prompt_tokens = len(self.prompt_token_ids)
+        self.lora_request = lora_request
+        self.cache_salt = cache_salt
+        self.mm_features = mm_features
+        self.mm_ends = [f.offset + f.length for f in mm_features]  # sorted: no overlaps
+        self.prompt_logprobs = prompt_logprobs
+        # vLLM sets this from SamplingParams: prompt logprobs need every prompt token computed.
+        self.skip_reading_prefix_cache = prompt_logprobs
+        self.status = RequestStatus.WAITING
+        self.num_computed_tokens = 0
+        self.num_preemptions = 0
+        self.block_hashes: list[BlockHash] = []
+        self._block_hasher = block_hasher
+        self.update_block_hashes()
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.all_token_ids)
+
+    def append_output_token_ids(self, token_ids: int | Sequence[int]) -> None:
+        if isinstance(token_ids, int):
+            token_ids = [token_ids]
+        self.output_token_ids.extend(token_ids)
+        self.all_token_ids.extend(token_ids)
+        self.update_block_hashes()
+
+    def update_block_hashes(self) -> None:
+        """Hash any newly full blocks (none when prefix caching is off: no hasher)."""
+        if self._block_hasher is not None:
+            self.block_hashes.extend(self._block_hasher(self))
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status == RequestStatus.FINISHED
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.request_id!r}, tokens={self.num_tokens}, "
+            f"computed={self.num_computed_tokens}, {self.status.value})"
+        )

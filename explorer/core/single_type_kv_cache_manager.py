@@ -1,0 +1,114 @@
+"""The per-KV-cache-group manager (vllm/v1/core/single_type_kv_cache_manager.py).
+
+vLLM has one such manager per KV cache group (full attention, sliding window, Mamba, ...), and
+a coordinator that asks every group. Only full attention is modelled; the base class holds
+what every group shares, so a sliding-window group would add its own ``find_longest_cache_hit``
+and skipped-block rules next to `FullAttentionManager` without touching the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from explorer.core.block_pool import BlockPool
+from explorer.core.hashing import BlockHash
+from explorer.core.kv_cache_utils import KVCacheBlock
+
+if TYPE_CHECKING:
+    from explorer.core.request import Request
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class SingleTypeKVCacheManager:
+    kind = "unknown"  # BlockStored.kv_cache_spec_kind of this group
+    sliding_window: int | None = None
+
+    def __init__(self, block_pool: BlockPool, block_size: int, kv_cache_group_id: int = 0, enable_caching: bool = True) -> None:
+        self.block_pool = block_pool
+        self.block_size = block_size
+        self.kv_cache_group_id = kv_cache_group_id
+        self.enable_caching = enable_caching
+        # request id -> its blocks in token order (the block table)
+        self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
+        # request id -> how many of its leading blocks are cached (hit or given a hash)
+        self.num_cached_block: dict[str, int] = {}
+
+    def get_num_blocks_to_allocate(
+        self, request_id: str, num_tokens: int, new_computed_blocks: Sequence[KVCacheBlock]
+    ) -> int:
+        """Blocks this step takes from the free queue (single_type:178-268).
+
+        New blocks for the slots, *plus* every hit block that is free now: touching it takes it
+        out of the free queue just as surely as popping a new block does.
+        """
+        num_required = cdiv(num_tokens, self.block_size)
+        num_req_blocks = len(self.req_to_blocks.get(request_id, ()))
+        if request_id in self.num_cached_block:  # running: no new hits to adopt
+            return max(num_required - num_req_blocks, 0)
+        num_new = max(num_required - (len(new_computed_blocks) + num_req_blocks), 0)
+        num_evictable = sum(1 for b in new_computed_blocks if b.ref_cnt == 0 and not b.is_null)
+        return num_new + num_evictable
+
+    def add_local_computed_blocks(self, request_id: str, new_computed_blocks: Sequence[KVCacheBlock]) -> None:
+        """Adopt the hit blocks: touch them (ref_cnt + 1) and put them at the head of the
+        request's block table. They are already cached, so they are never cached again."""
+        req_blocks = self.req_to_blocks.setdefault(request_id, [])
+        assert not req_blocks
+        if self.enable_caching:
+            self.block_pool.touch(new_computed_blocks)
+        req_blocks.extend(new_computed_blocks)
+        self.num_cached_block[request_id] = len(req_blocks)
+
+    def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[KVCacheBlock]:
+        """Pop enough blocks from the free-queue head to hold ``num_tokens`` slots."""
+        req_blocks = self.req_to_blocks.setdefault(request_id, [])
+        num_new = cdiv(num_tokens, self.block_size) - len(req_blocks)
+        if num_new <= 0:
+            return []
+        new_blocks = self.block_pool.get_new_blocks(num_new)
+        req_blocks.extend(new_blocks)
+        return new_blocks
+
+    def cache_blocks(self, request: Request, num_tokens: int) -> None:
+        """Hash every block that is full within the first ``num_tokens`` tokens."""
+        num_cached = self.num_cached_block.get(request.request_id, 0)
+        num_full = num_tokens // self.block_size
+        if num_cached >= num_full:
+            return
+        self.block_pool.cache_full_blocks(
+            request, self.req_to_blocks[request.request_id], num_cached, num_full, self.block_size, self.kv_cache_group_id
+        )
+        self.num_cached_block[request.request_id] = num_full
+
+    def free(self, request_id: str) -> None:
+        """Return the request's blocks in *reverse* order, so the tail of its chain is evicted
+        before its head (a shared system prompt at the head survives longest)."""
+        req_blocks = self.req_to_blocks.pop(request_id, [])
+        self.num_cached_block.pop(request_id, None)
+        self.block_pool.free_blocks(reversed(req_blocks))
+
+    def find_longest_cache_hit(self, block_hashes: Sequence[BlockHash], max_length: int) -> list[KVCacheBlock]:
+        raise NotImplementedError
+
+
+class FullAttentionManager(SingleTypeKVCacheManager):
+    kind = "full_attention"
+
+    def find_longest_cache_hit(self, block_hashes: Sequence[BlockHash], max_length: int) -> list[KVCacheBlock]:
+        """Walk the hashes from block 0 and stop at the first miss (single_type:747-843).
+
+        Chaining makes a miss final: every later hash includes the missed one. At most
+        ``max_length // block_size`` blocks are probed.
+        """
+        hits: list[KVCacheBlock] = []
+        group_ids = [self.kv_cache_group_id]
+        for block_hash in block_hashes[: max_length // self.block_size]:
+            cached = self.block_pool.get_cached_block(block_hash, group_ids)
+            if cached is None:
+                break
+            hits.append(cached[0])
+        return hits
