@@ -1,0 +1,47 @@
+"""Exact vLLM block hashes for given tokens: the engine of `explorer hash` and the calculator page."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from explorer.core.errors import ConfigError
+from explorer.core.events import to_json_value
+from explorer.core.hashing import external_block_hash, init_none_hash, make_block_hash_with_group_id
+from explorer.core.kv_cache_utils import generate_block_hash_extra_keys, get_request_block_hasher
+from explorer.core.request import LoRARequest, MultiModalFeature, Request
+
+
+def block_hash_table(
+    tokens: Sequence[int],
+    block_size: int = 16,
+    algo: str = "sha256",
+    hash_seed: str | None = None,
+    lora: LoRARequest | None = None,
+    cache_salt: str | None = None,
+    mm: Sequence[MultiModalFeature] = (),
+    group_id: int = 0,
+) -> dict[str, Any]:
+    """The JSON of design section 4 (`hash`): every full block with its digest, group-id key,
+    64-bit event hash and tagged extra keys."""
+    if not isinstance(block_size, int) or block_size < 1:
+        raise ConfigError(f"block size must be a positive integer, got {block_size}")
+    if not 0 <= group_id < 2**32:
+        raise ConfigError(f"group id must be in [0, 2**32), got {group_id}")
+    ctx = init_none_hash(algo, hash_seed)
+    req = Request("hash", tokens, get_request_block_hasher(block_size, ctx), lora, cache_salt or None, mm)
+    blocks = []
+    for i, h in enumerate(req.block_hashes):
+        start, end = i * block_size, (i + 1) * block_size
+        extra = generate_block_hash_extra_keys(req, start, end)
+        blocks.append(
+            {
+                "index": i,
+                "tokens": [start, end],
+                "hash": h.hex(),
+                "key": make_block_hash_with_group_id(h, group_id).hex(),
+                "external": external_block_hash(h),
+                "extra_keys": None if extra is None else to_json_value(list(extra)),
+            }
+        )
+    return {"algo": algo, "hash_seed": ctx.hash_seed, "none_hash": ctx.none_hash.hex(), "blocks": blocks}
