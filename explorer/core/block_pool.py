@@ -80,6 +80,13 @@ class BlockHashToBlockMap:
             self._cache[key] = blocks
         return block
 
+    def get_all_blocks(self, key: BlockHashWithGroupId) -> list[KVCacheBlock]:
+        """Every block cached under ``key``, in insertion order."""
+        blocks = self._cache.get(key)
+        if blocks is None:
+            return []
+        return [blocks] if isinstance(blocks, KVCacheBlock) else list(blocks.values())
+
     def items(self) -> Iterable[tuple[BlockHashWithGroupId, list[KVCacheBlock]]]:
         """(key, blocks in insertion order) for every key."""
         for key, blocks in self._cache.items():

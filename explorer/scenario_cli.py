@@ -1,0 +1,98 @@
+"""`python -m explorer run FILE [--json]`: replay a scenario, check its `expect`s.
+
+Exit 0 when every expectation holds, 1 when one fails (every failure listed on stderr, the
+output still printed), 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from explorer.scenario import load_scenario
+from explorer.trace import Step, Trace, replay
+
+
+def id_ranges(ids) -> str:
+    """[1, 2, 3, 7, 6, 5] -> "1-3, 7-5": runs of consecutive ids, either direction."""
+    ids = list(ids)
+    out, i = [], 0
+    while i < len(ids):
+        j = i
+        step = ids[i + 1] - ids[i] if i + 1 < len(ids) and abs(ids[i + 1] - ids[i]) == 1 else 0
+        while step and j + 1 < len(ids) and ids[j + 1] - ids[j] == step:
+            j += 1
+        out.append(str(ids[i]) if j == i else f"{ids[i]}-{ids[j]}")
+        i = j + 1
+    return "[" + ", ".join(out) + "]"
+
+
+def describe_step(step: Step, block_size: int) -> str:
+    """One line per step: what happened, with the numbers."""
+    op = step.op
+    who = f" {op.id}" if op.id is not None else ""
+    head = f"{op.index + 1:>3}. {op.op}{who}"
+    parts: list[str] = []
+    if op.op == "arrive":
+        req = step.snapshot.request(op.id)  # type: ignore[arg-type]
+        n = req.num_tokens if req else len(op.prompt)
+        parts.append(f"{n} tokens, {len(step.hashed)} full blocks hashed, {n % block_size} tokens in the partial tail")
+    if step.lookup is not None:
+        lk = step.lookup
+        parts.append(f"lookup skipped ({lk.skipped})" if lk.skipped else f"hit {lk.hit_tokens} tokens (cap {lk.cap_blocks} blocks)")
+    if op.op == "generate":
+        parts.append(f"{len(step.admissions)} decode allocations" + ("" if step.ok else " (the last failed: NO ROOM)"))
+    else:
+        for a in step.admissions:
+            verdict = "ok" if a.ok else "NO ROOM"
+            parts.append(f"need {a.new_blocks_needed} new + {a.free_hit_blocks} free hit = {a.required} of {a.free_blocks} free: {verdict}")
+    if op.op in ("sample", "generate") and step.hashed:
+        parts.append(f"{len(step.hashed)} new block hashes")
+    if step.new_block_ids:
+        parts.append(f"new blocks {id_ranges(step.new_block_ids)}")
+    if step.evicted:
+        parts.append(f"evicted {id_ranges(b for b, _ in step.evicted)}")
+    if step.cached:
+        dups = [c.block_id for c in step.cached if c.duplicate_of]
+        parts.append(f"cached {id_ranges(c.block_id for c in step.cached)}" + (f" (duplicates: {dups})" if dups else ""))
+    if step.freed:
+        for to in ("front", "back", "held"):
+            ids = [f.block_id for f in step.freed if f.to == to]
+            if ids:
+                where = {"front": "to the queue front", "back": "to the queue back", "held": "still held"}[to]
+                parts.append(f"freed {id_ranges(ids)} {where}")
+    if step.preempted:
+        parts.append(f"preempted {list(step.preempted)}")
+    if op.op == "reset":
+        parts.append("cache reset" if step.ok else "reset REFUSED (blocks still in use)")
+    if step.events:
+        parts.append("events " + ", ".join(type(e).__name__ for e in step.events))
+    parts.append(f"free {step.snapshot.num_free_blocks}")
+    return head + ": " + "; ".join(parts)
+
+
+def render_text(trace: Trace) -> str:
+    bs = trace.scenario.engine.block_size
+    lines = [f"{trace.scenario.title} ({trace.scenario.source})"]
+    if trace.hash_seed is not None:
+        lines.append(f"hash {trace.scenario.engine.hash_algo}, seed {trace.hash_seed!r}, NONE_HASH {trace.none_hash.hex()[:16]}...")  # type: ignore[union-attr]
+    else:
+        lines.append("prefix caching off: no block hashes")
+    lines += [describe_step(s, bs) for s in trace.steps]
+    st = trace.final.stats
+    rate = st["hits"] / st["queries"] if st["queries"] else 0.0
+    lines.append(f"stats: {st['requests']} requests, {st['queries']} query tokens, {st['hits']} hit tokens ({rate:.1%})")
+    return "\n".join(lines)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    trace = replay(load_scenario(args.file))
+    if args.json:
+        sys.stdout.write(json.dumps(trace.to_json()) + "\n")
+    else:
+        sys.stdout.write(render_text(trace) + "\n")
+    failures = trace.expect_failures
+    for f in failures:
+        sys.stderr.write(f"expect failed: {f}\n")
+    return 1 if failures else 0

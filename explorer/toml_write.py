@@ -1,0 +1,44 @@
+"""Write a scenario back out as TOML (tomllib only reads).
+
+Scenario values are few kinds: strings, integers, booleans, arrays of integers or strings,
+and small tables (mm items, expect). That is all this writer handles.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, str):
+        # JSON string escapes are valid TOML basic-string escapes.
+        return json.dumps(v, ensure_ascii=False)
+    if isinstance(v, Mapping):
+        return "{" + ", ".join(f"{_key(k)} = {_value(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, Sequence):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} as TOML")
+
+
+def _key(k: str) -> str:
+    return k if k.replace("_", "").replace("-", "").isalnum() and k.isascii() else json.dumps(k)
+
+
+def dumps_scenario(title: str, description: str, engine: Mapping[str, Any], steps: Sequence[Mapping[str, Any]]) -> str:
+    lines = [f"title = {_value(title)}"]
+    if description:
+        lines.append(f"description = {_value(description)}")
+    lines += ["", "[engine]"]
+    lines += [f"{_key(k)} = {_value(v)}" for k, v in engine.items()]
+    for step in steps:
+        lines += ["", "[[steps]]"]
+        lines += [f"{_key(k)} = {_value(v)}" for k, v in step.items()]
+    return "\n".join(lines) + "\n"

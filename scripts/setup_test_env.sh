@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# What the test tiers need beyond the Python venv: Debian's chromium for the browser tests
+# (Playwright drives it; no browser is downloaded) and vLLM 0.31.0 in its own venv as the
+# conformance oracle.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "installing Debian's chromium for the browser tests"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi
+bash tests/conformance/setup_vllm.sh
