@@ -1,0 +1,408 @@
+"""Conformance oracle: replay normalized scenarios through vLLM 0.31.0's classes.
+
+Runs inside the vLLM virtualenv (``.venv-vllm``, made by ``setup_vllm.sh``),
+never inside the project's own one, and so must not import ``explorer``.
+
+Protocol: one normalized scenario per JSON line on stdin; for each, one JSON
+line on stdout: the replay JSON of design.md section 5
+(``{"steps": [...], "final": {...}}``), or ``{"error": "..."}`` when vLLM
+raised (or the line was not a scenario). One process serves many scenarios
+because importing vLLM takes seconds.
+
+The driver does, op by op, what vLLM's scheduler does around the
+KVCacheManager in one engine step for one request (design.md section 3);
+every cache decision (hashing, lookup, allocation, eviction, free order,
+events, stats) is made by vLLM's own code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+# vLLM's logger writes to stdout; keep stdout for the protocol alone. The
+# protocol stream is a private duplicate of fd 1, and fd 1 itself (plus
+# sys.stdout) is pointed at stderr before vLLM is imported.
+_PROTOCOL_OUT = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+os.dup2(2, 1)
+sys.stdout = sys.stderr
+
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+# No scenario may see an inherited seed; each sets its own before hashing.
+os.environ.pop("PYTHONHASHSEED", None)
+
+import msgspec  # noqa: E402
+import torch  # noqa: E402
+
+import vllm.envs as vllm_envs  # noqa: E402
+import vllm.v1.core.kv_cache_utils as kcu  # noqa: E402
+from vllm.lora.request import LoRARequest  # noqa: E402
+from vllm.multimodal.inputs import (  # noqa: E402
+    MultiModalFeatureSpec,
+    PlaceholderRange,
+)
+from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
+from vllm.v1.core.kv_cache_manager import KVCacheManager  # noqa: E402
+from vllm.v1.core.kv_cache_utils import (  # noqa: E402
+    get_block_hash,
+    get_request_block_hasher,
+    init_none_hash,
+)
+from vllm.v1.kv_cache_interface import (  # noqa: E402
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+)
+from vllm.v1.request import Request, RequestStatus  # noqa: E402
+
+
+class ScenarioError(Exception):
+    """The scenario asks for something the scheduler would never do."""
+
+
+def _jsonable(value):
+    """msgpack-decoded values -> JSON values (bytes become lowercase hex)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _encode_events(events) -> list:
+    # Exactly what a subscriber decoding vLLM's msgpack sees: a map led by
+    # "type", fields at their default left out.
+    return [
+        _jsonable(msgspec.msgpack.decode(msgspec.msgpack.encode(ev))) for ev in events
+    ]
+
+
+def _block_ids(kv_blocks) -> list[int]:
+    if kv_blocks is None:
+        return []
+    return list(kv_blocks.get_block_ids()[0])
+
+
+class Replay:
+    def __init__(self, scenario: dict):
+        eng = scenario["engine"]
+        self.block_size = int(eng["block_size"])
+        self.num_blocks = int(eng["num_blocks"])
+        self.max_model_len = int(eng["max_model_len"])
+        self.caching = bool(eng["enable_prefix_caching"])
+        self.events_on = bool(eng["events"])
+
+        # Environment as vLLM reads it, per scenario.
+        os.environ["VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES"] = (
+            "1" if eng["int_block_hashes"] else "0"
+        )
+        # vllm.envs reads lazily on every access unless enable_envs_cache()
+        # wrapped its __getattr__ in functools.cache; undo that if it happened.
+        if getattr(vllm_envs, "_is_envs_cache_enabled", lambda: False)():
+            vllm_envs.disable_envs_cache()
+        assert vllm_envs.VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES == bool(
+            eng["int_block_hashes"]
+        )
+
+        self.hasher = None
+        if self.caching:
+            seed = eng.get("hash_seed")
+            if seed is None:
+                os.environ.pop("PYTHONHASHSEED", None)
+            else:
+                os.environ["PYTHONHASHSEED"] = str(seed)
+            hash_fn = get_hash_fn_by_name(eng["hash_algo"])
+            # As EngineCore.__init__ does, and before any Request exists.
+            init_none_hash(hash_fn)
+            self.hasher = get_request_block_hasher(self.block_size, hash_fn)
+            self.none_hash = kcu.NONE_HASH.hex()
+            self.hash_seed = kcu.get_none_hash_seed()
+        else:
+            # Like the engine: no init_none_hash, no block hasher.
+            self.none_hash = None
+            self.hash_seed = None
+
+        config = KVCacheConfig(
+            num_blocks=self.num_blocks,
+            kv_cache_tensors=[],
+            kv_cache_groups=[
+                KVCacheGroupSpec(
+                    ["layer.0"],
+                    FullAttentionSpec(
+                        block_size=self.block_size,
+                        num_kv_heads=1,
+                        head_size=1,
+                        dtype=torch.float32,
+                    ),
+                )
+            ],
+        )
+        self.mgr = KVCacheManager(
+            config,
+            max_model_len=self.max_model_len,
+            scheduler_block_size=self.block_size,
+            hash_block_size=self.block_size,
+            enable_caching=self.caching,
+            enable_kv_cache_events=self.events_on,
+            log_stats=True,
+        )
+        self.pool = self.mgr.block_pool
+        self.live: dict[str, Request] = {}  # every request not finished
+        self.running: list[str] = []  # in order of becoming running
+        self.reset_ok: list[bool] = []
+        self.steps: list[dict] = []
+
+    # ---- ops ------------------------------------------------------------
+
+    def _request(self, rid: str) -> Request:
+        try:
+            return self.live[rid]
+        except KeyError:
+            raise ScenarioError(f"no live request {rid!r}") from None
+
+    def op_arrive(self, op: dict, step: dict) -> None:
+        rid = op["id"]
+        if rid in self.live:
+            raise ScenarioError(f"request {rid!r} is already live")
+        lora = op.get("lora")
+        lora_request = (
+            LoRARequest(
+                lora_name=lora["name"],
+                lora_int_id=int(lora["id"]),
+                lora_path=lora["path"],
+            )
+            if lora
+            else None
+        )
+        mm_features = [
+            MultiModalFeatureSpec(
+                data=None,
+                modality="image",
+                identifier=item["id"],
+                mm_position=PlaceholderRange(
+                    offset=int(item["offset"]), length=int(item["length"])
+                ),
+            )
+            for item in (op.get("mm") or [])
+        ]
+        # prompt_logprobs makes vLLM itself set skip_reading_prefix_cache.
+        params = SamplingParams(
+            max_tokens=self.max_model_len,
+            prompt_logprobs=1 if op.get("prompt_logprobs") else None,
+        )
+        req = Request(
+            request_id=rid,
+            prompt_token_ids=[int(t) for t in op["prompt"]],
+            sampling_params=params,
+            pooling_params=None,
+            mm_features=mm_features or None,
+            lora_request=lora_request,
+            cache_salt=op.get("cache_salt"),
+            block_hasher=self.hasher,
+        )
+        self.live[rid] = req
+
+    def _allocate_pending(self, req: Request, step: dict) -> bool:
+        """What the scheduler does for a running request: compute pending."""
+        pending = req.num_tokens - req.num_computed_tokens
+        if pending <= 0:
+            raise ScenarioError(f"request {req.request_id!r} has no pending token")
+        new = self.mgr.allocate_slots(req, pending)
+        if new is None:
+            return False
+        req.num_computed_tokens += pending
+        step["new_block_ids"].extend(_block_ids(new))
+        return True
+
+    def op_admit(self, op: dict, step: dict) -> None:
+        req = self._request(op["id"])
+        step["hit_tokens"] = 0
+        step["new_block_ids"] = []
+        first = req.num_computed_tokens == 0
+        hit_blocks = None
+        hit = 0
+        looked_up = False
+        if first:
+            if req.status == RequestStatus.RUNNING:
+                raise ScenarioError(f"request {req.request_id!r} is running")
+            # get_computed_blocks itself returns (empty, 0, 0) when caching is
+            # off or the request skips reading the cache (prompt_logprobs).
+            looked_up = self.mgr.prefix_cache_lookup_enabled(req)
+            hit_blocks, hit, _ = self.mgr.get_computed_blocks(req)
+            step["hit_tokens"] = hit
+        remaining = req.num_tokens - req.num_computed_tokens - hit
+        if remaining <= 0:
+            raise ScenarioError(f"request {req.request_id!r} has nothing to compute")
+        chunk = op.get("tokens")
+        num_new = remaining if chunk is None else min(int(chunk), remaining)
+        new = self.mgr.allocate_slots(
+            req,
+            num_new,
+            num_new_computed_tokens=hit,
+            new_computed_blocks=hit_blocks,
+        )
+        if new is None:
+            step["ok"] = False
+            return
+        if first and looked_up:
+            # At admission, after allocate_slots succeeded, with the local hit.
+            self.mgr.record_prefix_cache_stats(req, hit)
+        req.num_computed_tokens += hit + num_new
+        if req.status != RequestStatus.RUNNING:
+            req.status = RequestStatus.RUNNING
+            self.running.append(req.request_id)
+        step["new_block_ids"] = _block_ids(new)
+
+    def _check_running(self, req: Request) -> None:
+        if req.status != RequestStatus.RUNNING:
+            raise ScenarioError(f"request {req.request_id!r} is not running")
+
+    def op_sample(self, op: dict, step: dict) -> None:
+        req = self._request(op["id"])
+        self._check_running(req)
+        for tok in op["tokens"]:
+            req.append_output_token_ids(int(tok))
+
+    def op_decode(self, op: dict, step: dict) -> None:
+        req = self._request(op["id"])
+        self._check_running(req)
+        step["new_block_ids"] = []
+        if not self._allocate_pending(req, step):
+            step["ok"] = False
+
+    def op_generate(self, op: dict, step: dict) -> None:
+        req = self._request(op["id"])
+        self._check_running(req)
+        step["new_block_ids"] = []
+        for tok in op["tokens"]:
+            if req.num_tokens > req.num_computed_tokens:
+                if not self._allocate_pending(req, step):
+                    step["ok"] = False
+                    return
+            req.append_output_token_ids(int(tok))
+
+    def op_finish(self, op: dict, step: dict) -> None:
+        req = self._request(op["id"])
+        self.mgr.free(req)
+        req.status = RequestStatus.FINISHED_STOPPED
+        del self.live[req.request_id]
+        if req.request_id in self.running:
+            self.running.remove(req.request_id)
+
+    def _preempt(self, req: Request) -> None:
+        # Scheduler._preempt_request: free, back to waiting, counted.
+        self._check_running(req)
+        self.mgr.free(req)
+        req.status = RequestStatus.PREEMPTED
+        req.num_computed_tokens = 0
+        req.num_preemptions += 1
+        self.running.remove(req.request_id)
+
+    def op_preempt(self, op: dict, step: dict) -> None:
+        self._preempt(self._request(op["id"]))
+
+    def op_reset(self, op: dict, step: dict) -> None:
+        if op.get("running"):
+            # Scheduler.reset_prefix_cache pops its running queue from the end.
+            for rid in list(reversed(self.running)):
+                self._preempt(self.live[rid])
+        ok = bool(self.mgr.reset_prefix_cache())
+        self.reset_ok.append(ok)
+        step["ok"] = ok
+
+    # ---- driver ---------------------------------------------------------
+
+    def run(self, ops: list[dict]) -> dict:
+        for index, op in enumerate(ops):
+            name = op["op"]
+            handler = getattr(self, f"op_{name}", None)
+            if handler is None:
+                raise ScenarioError(f"step {index}: unknown op {name!r}")
+            step = {"op": name, "id": None if name == "reset" else op["id"], "ok": True}
+            try:
+                handler(op, step)
+            except ScenarioError as exc:
+                raise ScenarioError(f"step {index} ({name}): {exc}") from None
+            except Exception as exc:
+                raise ScenarioError(
+                    f"step {index} ({name}): vLLM raised {type(exc).__name__}: {exc}"
+                ) from exc
+            step["events"] = _encode_events(self.mgr.take_events())
+            self.steps.append(step)
+        return {"steps": self.steps, "final": self.final()}
+
+    def final(self) -> dict:
+        def digest_hex(key) -> str | None:
+            return None if key is None else get_block_hash(key).hex()
+
+        cached: dict[str, list[int]] = {}
+        for key, value in self.pool.cached_block_hash_to_block._cache.items():
+            ids = (
+                [blk.block_id for blk in value.values()]
+                if isinstance(value, dict)
+                else [value.block_id]
+            )
+            cached.setdefault(digest_hex(key), []).extend(ids)
+
+        stats = self.mgr.prefix_cache_stats  # never reset by make_*: totals
+        return {
+            "free_queue": [
+                blk.block_id for blk in self.pool.free_block_queue.get_all_free_blocks()
+            ],
+            "blocks": [
+                {
+                    "id": blk.block_id,
+                    "ref_cnt": blk.ref_cnt,
+                    "hash": digest_hex(blk.block_hash),
+                }
+                for blk in self.pool.blocks
+                if not blk.is_null
+            ],
+            "cached": cached,
+            "requests": {
+                rid: {
+                    "block_ids": list(self.mgr.get_block_ids(rid)[0]),
+                    "num_computed_tokens": req.num_computed_tokens,
+                    "block_hashes": [h.hex() for h in req.block_hashes],
+                }
+                for rid, req in self.live.items()
+            },
+            "stats": {
+                "requests": stats.requests,
+                "queries": stats.queries,
+                "hits": stats.hits,
+                "preempted_requests": stats.preempted_requests,
+                "preempted_queries": stats.preempted_queries,
+                "preempted_hits": stats.preempted_hits,
+            },
+            "reset_ok": self.reset_ok,
+            "none_hash": self.none_hash,
+            "hash_seed": self.hash_seed,
+        }
+
+
+def replay(scenario: dict) -> dict:
+    return Replay(scenario).run(scenario["ops"])
+
+
+def main() -> int:
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            result = replay(json.loads(line))
+        except ScenarioError as exc:
+            result = {"error": str(exc)}
+        except Exception as exc:  # one bad scenario must not end the process
+            result = {"error": f"{type(exc).__name__}: {exc}"}
+        _PROTOCOL_OUT.write(json.dumps(result, separators=(",", ":")) + "\n")
+        _PROTOCOL_OUT.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
