@@ -1,0 +1,112 @@
+"""Lessons: pick one, read it, open its scenario in the explorer.
+
+A lesson is lessons/NN_slug.md (the narrative) plus lessons/NN_slug.toml (the scenario it
+replays; each step's `note` shows beside its panel in the explorer). The explorer page opens a
+lesson from the URL parameter `lesson` (the file stem).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import streamlit as st
+
+from explorer.errors import BadInput
+from explorer.scenario import load_scenario
+
+LESSONS_DIR = Path(__file__).resolve().parents[2] / "lessons"
+K_PICK = "lessons_pick"
+_STEM = re.compile(r"^\d\d_[a-z0-9_]+$")
+
+
+@dataclass(frozen=True)
+class LessonFile:
+    stem: str
+    title: str
+    md: Path
+    toml: Path
+
+
+def list_lessons(directory: Path = LESSONS_DIR) -> list[LessonFile]:
+    """Every lesson with both files, in order of its number."""
+    out = []
+    for md in sorted(directory.glob("*.md")):
+        toml = md.with_suffix(".toml")
+        if not _STEM.match(md.stem) or not toml.is_file():
+            continue
+        first = md.read_text(encoding="utf-8").split("\n", 1)[0]
+        title = first[2:].strip() if first.startswith("# ") else md.stem
+        out.append(LessonFile(md.stem, title, md, toml))
+    return out
+
+
+def _explorer_page():
+    """The explorer page as st.navigation registered it (a callable page at /explorer)."""
+    return st.Page(lambda: None, title="Explorer", url_path="explorer")
+
+
+def _practice_page():
+    return st.Page(lambda: None, title="Practice", url_path="practice")
+
+
+def _initial_pick(stems: list[str]) -> str:
+    try:
+        for key in ("lesson", "scenario"):
+            v = st.query_params.get(key)
+            if v in stems:
+                return v
+    except Exception:  # noqa: BLE001 - an unreadable URL is the same as none
+        pass
+    return stems[0]
+
+
+def _steps_table(lesson: LessonFile) -> None:
+    try:
+        scenario = load_scenario(lesson.toml)
+    except BadInput as e:
+        st.error(f"This lesson's scenario does not load: {e}")
+        return
+    rows = {"step": [], "op": [], "note": [], "checks": []}
+    for op in scenario.ops:
+        rows["step"].append(op.index + 1)
+        rows["op"].append(f"{op.op} {op.id or ''}".strip())
+        rows["note"].append(op.note or "")
+        rows["checks"].append(", ".join(f"{k} = {v}" for k, v in op.expect.items() if k not in ("new_block_ids", "free_queue"))
+                              + (" (+ block ids)" if {"new_block_ids", "free_queue"} & set(op.expect) else ""))
+    st.dataframe(rows, hide_index=True, width="stretch")
+
+
+def render() -> None:
+    st.title("Lessons")
+    lessons = list_lessons()
+    if not lessons:
+        st.info("No lessons found.")
+        return
+    by_stem = {lesson.stem: lesson for lesson in lessons}
+    stems = list(by_stem)
+    if st.session_state.get(K_PICK) not in by_stem:
+        st.session_state[K_PICK] = _initial_pick(stems)
+
+    with st.sidebar:
+        st.radio("Lesson", stems, key=K_PICK, format_func=lambda s: by_stem[s].title)
+    lesson = by_stem[st.session_state[K_PICK]]
+
+    st.page_link(_explorer_page(), label="Open this lesson in the explorer", icon=":material/play_circle:",
+                 query_params={"lesson": lesson.stem, "scenario": lesson.stem})
+    st.markdown(lesson.md.read_text(encoding="utf-8"))
+    with st.expander("The scenario's steps, notes and checks"):
+        st.caption(f"lessons/{lesson.toml.name}: replay it with `python -m explorer run lessons/{lesson.toml.name}` "
+                   "(exit 0 when every check holds).")
+        _steps_table(lesson)
+
+    i = stems.index(lesson.stem)
+    c1, c2, c3 = st.columns(3)
+    if i > 0:
+        c1.button(f"← {by_stem[stems[i - 1]].title}", key="lessons_prev",
+                  on_click=lambda: st.session_state.__setitem__(K_PICK, stems[i - 1]))
+    c2.page_link(_practice_page(), label="Practise: predict before you see", icon=":material/quiz:")
+    if i + 1 < len(stems):
+        c3.button(f"{by_stem[stems[i + 1]].title} →", key="lessons_next",
+                  on_click=lambda: st.session_state.__setitem__(K_PICK, stems[i + 1]))

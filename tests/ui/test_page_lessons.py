@@ -1,0 +1,43 @@
+"""The lessons page in AppTest: pick a lesson, read it, link it to the explorer."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from explorer.ui.page_lessons import list_lessons  # noqa: E402
+
+
+def _page():
+    from explorer.ui.page_lessons import render
+
+    render()
+
+
+def test_every_lesson_is_listed_with_its_title():
+    lessons = list_lessons()
+    stems = [lesson.stem for lesson in lessons]
+    assert "03_lookup_cap" in stems and "13_interview_walkthrough" in stems
+    assert all(not lesson.title.startswith("#") for lesson in lessons)
+
+
+def test_pick_a_lesson_and_read_it():
+    at = AppTest.from_function(_page, default_timeout=60).run()
+    assert not at.exception
+    at.sidebar.radio(key="lessons_pick").set_value("03_lookup_cap")
+    at.run()
+    assert not at.exception
+    text = "\n".join(m.value for m in at.markdown)
+    assert "The lookup and its cap" in text and "1,184" in text
+
+
+def test_the_url_preselects_a_lesson_and_next_moves_on():
+    at = AppTest.from_function(_page, default_timeout=60)
+    at.query_params["lesson"] = "12_design_doc_example"
+    at.run()
+    assert not at.exception
+    assert at.sidebar.radio(key="lessons_pick").value == "12_design_doc_example"
+    at.button(key="lessons_next").click().run()
+    assert at.sidebar.radio(key="lessons_pick").value == "13_interview_walkthrough"
