@@ -1,0 +1,281 @@
+"""Page: replay a request trace and see what cache size and eviction policy do to the hit rate.
+
+The sweep runs in a worker process, so other browser sessions stay responsive on a small
+machine, and Cancel terminates it. The worker is a fresh interpreter (``python -m
+explorer.trace_replay``: one JSON job on stdin, JSON lines back), not a multiprocessing spawn:
+spawn re-runs the parent's ``__main__``, which under Streamlit is the app script itself. A
+thread per job reads the worker's lines into a queue. Everything this page keeps lives in
+st.session_state under keys starting with ``replay_``: one job per browser session.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import queue as queue_mod
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import streamlit as st
+
+from explorer.errors import BadInput
+from explorer.trace_replay import (
+    DEFAULT_DECODE_MS,
+    POLICIES,
+    UI_MAX_TRACE_BYTES,
+    parse_sizes,
+    parse_trace_bytes,
+    shipped_trace_path,
+)
+from explorer.viz.replay import POLICY_LABELS, hit_rate_vs_cache_size, hits_over_time
+
+SHIPPED = "Mooncake synthetic trace (shipped)"
+UPLOAD = "Upload a trace"
+JOB = "replay_job"
+RESULT = "replay_result"
+ERROR = "replay_error"
+NOTICE = "replay_notice"
+
+INTRO = """
+Real traffic through the faithful engine. Each line of a trace in Mooncake's format
+(`timestamp`, `input_length`, `output_length`, `hash_ids`) becomes a request: token *j* of
+trace block *i* is `hash_ids[i] * 512 + j`. By default requests run one at a time, in file
+order, through vLLM's own admission path (lookup, `allocate_slots`, stats) with the sha256
+block hasher, so the hit tokens are exactly vLLM's. **lru** and **unbounded** are small
+simulators over the same block hashes, *not* vLLM: plain least-recently-used eviction in token
+order, and a cache that never evicts (the ceiling).
+"""
+
+
+def _state() -> Any:
+    return st.session_state
+
+
+def _pump(proc: subprocess.Popen, payload: bytes, q: queue_mod.Queue) -> None:
+    """The job's reader thread: send the job, then queue every line the worker prints."""
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(payload)
+            proc.stdin.close()
+        except OSError:  # the worker died or was cancelled
+            pass
+        for raw in proc.stdout:
+            try:
+                msg = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(msg, dict):
+                q.put(msg)
+        proc.stdout.close()
+    finally:
+        q.put(None)  # end of the worker's output
+
+
+def _start_job(job: dict[str, Any]) -> None:
+    root = str(Path(__file__).resolve().parent.parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    err = tempfile.TemporaryFile()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "explorer.trace_replay"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env, cwd=root,
+    )
+    q: queue_mod.Queue = queue_mod.Queue()
+    thread = threading.Thread(target=_pump, args=(proc, json.dumps(job).encode(), q), daemon=True,
+                              name="trace-replay-reader")
+    thread.start()
+    _state()[JOB] = {"proc": proc, "queue": q, "thread": thread, "stderr": err, "frac": 0.0,
+                     "text": "starting the worker", "started": time.time()}
+    _state().pop(RESULT, None)
+    _state().pop(ERROR, None)
+    _state().pop(NOTICE, None)
+
+
+def _stop_job(terminate: bool) -> str:
+    """Forget the job (terminating its worker when asked); the tail of its stderr."""
+    job = _state().pop(JOB, None)
+    if job is None:
+        return ""
+    proc: subprocess.Popen = job["proc"]
+    if terminate and proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(timeout=3)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=3)
+    job["thread"].join(timeout=3)
+    err = job["stderr"]
+    try:
+        err.seek(0)
+        tail = err.read()[-400:].decode("utf-8", "replace").strip()
+    finally:
+        err.close()
+    return tail
+
+
+def _poll_job() -> bool:
+    """Drain the worker's messages; True when the job ended (result, error or death)."""
+    job = _state().get(JOB)
+    if job is None:
+        return True
+    q: queue_mod.Queue = job["queue"]
+    while True:
+        try:
+            msg = q.get_nowait()
+        except queue_mod.Empty:
+            return False
+        if msg is None:  # the worker's output ended without a result
+            code = job["proc"].poll()
+            tail = _stop_job(terminate=True)
+            last = tail.splitlines()[-1] if tail else ""
+            _state()[ERROR] = f"the replay worker stopped unexpectedly (exit code {code}). {last}".strip()
+            return True
+        if "progress" in msg:
+            job["frac"], job["text"] = float(msg["progress"]), str(msg.get("text", ""))
+        elif "result" in msg:
+            _state()[RESULT] = msg["result"]
+            _stop_job(terminate=False)
+            return True
+        elif "error" in msg:
+            _state()[ERROR] = str(msg["error"])
+            _stop_job(terminate=False)
+            return True
+
+
+def _cancel() -> None:
+    _stop_job(terminate=True)
+    _state()[NOTICE] = "Replay cancelled."
+
+
+def _build_job(source: str, upload: Any, block_size: int, sizes_text: str, limit: int, policies: list[str],
+               outputs: bool, concurrent: bool, decode_ms: float) -> dict[str, Any]:
+    """Check the inputs (BadInput on anything wrong) and describe the worker's job."""
+    sizes = parse_sizes(sizes_text)
+    if not policies:
+        raise BadInput("pick at least one policy")
+    if concurrent and any(p != "vllm" for p in policies):
+        raise BadInput("concurrency is modelled for the vllm policy only: untick lru and unbounded")
+    lim = int(limit) or None
+    job: dict[str, Any] = {
+        "limit": lim, "max_bytes": UI_MAX_TRACE_BYTES, "block_size": int(block_size), "sizes": sizes,
+        "policies": policies, "outputs": outputs, "decode_ms": float(decode_ms) if concurrent else None,
+    }
+    if source == UPLOAD:
+        if upload is None:
+            raise BadInput("upload a trace first (JSON lines in Mooncake's format)")
+        if upload.size > UI_MAX_TRACE_BYTES:
+            raise BadInput(f"{upload.name}: {upload.size:,} bytes is more than the {UI_MAX_TRACE_BYTES:,}-byte limit")
+        data = upload.getvalue()
+        parse_trace_bytes(data, upload.name, lim, UI_MAX_TRACE_BYTES)  # bad input shows at once
+        job.update(trace_b64=base64.b64encode(data).decode("ascii"), source=upload.name)
+    else:
+        job.update(trace_path=str(shipped_trace_path()), source=shipped_trace_path().name)
+    return job
+
+
+@st.fragment(run_every=0.5)
+def _progress_panel() -> None:
+    job = _state().get(JOB)
+    if job is None:
+        return
+    if _poll_job():
+        st.rerun(scope="app")
+    job = _state().get(JOB)
+    if job is None:
+        return
+    elapsed = time.time() - job["started"]
+    st.progress(min(max(job["frac"], 0.0), 1.0), text=f"{job['text']} ({elapsed:.0f} s)")
+    st.button("Cancel", key="replay_cancel", on_click=_cancel)
+
+
+def _results(res: dict[str, Any]) -> None:
+    runs = res["results"]
+    st.caption(
+        f"{res['requests']:,} requests, {res['prompt_tokens']:,} prompt tokens, block size {res['block_size']}"
+        + (", with outputs" if res["outputs"] else "")
+        + f"; replayed at {res['tokens_per_s']:,.0f} prompt tokens/s ({res['hash_seconds']:.1f} s hashing, once)"
+    )
+    st.plotly_chart(hit_rate_vs_cache_size(res), key="replay_fig_size")
+    sizes = sorted({r["num_blocks"] for r in runs if r["num_blocks"] is not None})
+    chosen = None
+    if len(sizes) > 1:
+        chosen = st.selectbox("Cache size for the time plot", sizes, index=len(sizes) - 1,
+                              format_func=lambda s: f"{s:,} blocks", key="replay_time_size")
+    window = min(100, max(1, res["requests"] // 10 or 1))
+    st.plotly_chart(hits_over_time(res, chosen, window), key="replay_fig_time")
+    rows = []
+    for r in runs:
+        row = {
+            "policy": POLICY_LABELS.get(r["policy"], r["policy"]),
+            "cache blocks": "unbounded" if r["num_blocks"] is None else f"{r['num_blocks']:,}",
+            "skipped": r["skipped"],
+            "hit tokens": r["hit_tokens"],
+            "hit rate": f"{r['hit_rate']:.2%}",
+        }
+        conc = r.get("concurrency")
+        if conc:
+            row.update({"peak running": conc["peak_running"], "mean wait (ms)": conc["mean_wait_ms"],
+                        "max wait (ms)": conc["max_wait_ms"]})
+        rows.append(row)
+    st.dataframe(rows, hide_index=True)
+
+
+def render() -> None:
+    st.header("Replay a trace: cache size and eviction policy")
+    st.markdown(INTRO)
+    running = _state().get(JOB) is not None
+
+    source = st.radio("Trace", [SHIPPED, UPLOAD], key="replay_source", horizontal=True, disabled=running)
+    upload = None
+    if source == UPLOAD:
+        upload = st.file_uploader(
+            f"Trace file (JSON lines, at most {UI_MAX_TRACE_BYTES >> 20} MiB)", type=["jsonl", "json", "txt"],
+            key="replay_upload", disabled=running,
+        )
+    c1, c2, c3 = st.columns(3)
+    block_size = c1.number_input("Block size (tokens)", min_value=1, max_value=4096, value=16, step=1,
+                                 key="replay_block_size", disabled=running)
+    limit = c2.number_input("Requests to replay (0 = all)", min_value=0, value=500, step=100,
+                            key="replay_limit", disabled=running,
+                            help="The first N lines. The whole shipped trace takes minutes at block size 16.")
+    sizes_text = c3.text_input("Cache sizes (blocks)", value="1000, 5000, 20000, 100000", key="replay_sizes",
+                               disabled=running, help="Comma-separated; block 0 is the null block.")
+    policies = st.multiselect("Policies", list(POLICIES), default=list(POLICIES), key="replay_policies",
+                              format_func=lambda p: POLICY_LABELS[p], disabled=running)
+    c4, c5, c6 = st.columns(3)
+    outputs = c4.checkbox("Generate outputs", key="replay_outputs", disabled=running,
+                          help="Each request also decodes output_length tokens of 0, holding more blocks.")
+    concurrent = c5.checkbox("Concurrency from timestamps", key="replay_concurrent", disabled=running,
+                             help="Arrivals at their timestamps, first come first served, each request holds "
+                             "its blocks for output_length x decode time. vllm policy only.")
+    decode_ms = c6.number_input("Decode time per output token (ms)", min_value=0.0, value=DEFAULT_DECODE_MS,
+                                key="replay_decode_ms", disabled=running or not concurrent)
+
+    if not running:
+        if st.button("Run replay", type="primary", key="replay_run"):
+            try:
+                job = _build_job(source, upload, int(block_size), sizes_text, int(limit), list(policies),
+                                 bool(outputs), bool(concurrent), float(decode_ms))
+            except BadInput as e:
+                _state()[ERROR] = str(e)
+                _state().pop(RESULT, None)
+            else:
+                _start_job(job)
+                st.rerun()
+    else:
+        _progress_panel()
+
+    if _state().get(NOTICE):
+        st.info(_state()[NOTICE])
+    if _state().get(ERROR):
+        st.error(_state()[ERROR])
+    if _state().get(RESULT) is not None and not running:
+        _results(_state()[RESULT])

@@ -1,0 +1,133 @@
+"""The replay page under AppTest: a tiny uploaded trace, bad input, cancel."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+TIMEOUT = 60
+
+
+def _app():
+    from explorer.ui.page_replay import render
+
+    render()
+
+
+def line(ids, n, out=1, ts=0):
+    return json.dumps({"timestamp": ts, "input_length": n, "output_length": out, "hash_ids": ids})
+
+
+# the hand-derived trace of tests/test_trace_replay.py: 272 hit tokens with 10 blocks of 16
+TINY = ("\n".join([
+    line([0], 64), line([1], 80), line([0], 40), line([0], 80),
+    line([1], 80), line([2, 3], 600), line([1], 81), line([0], 80),
+]) + "\n").encode()
+
+
+def fresh() -> AppTest:
+    at = AppTest.from_function(_app, default_timeout=TIMEOUT)
+    at.run()
+    assert not at.exception
+    return at
+
+
+def button(at: AppTest, key: str):
+    return at.button(key=key)
+
+
+def wait_done(at: AppTest, timeout: float = TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while "replay_job" in at.session_state and at.session_state["replay_job"] is not None:
+        if time.monotonic() > deadline:
+            raise AssertionError("the replay worker did not finish in time")
+        time.sleep(0.3)
+        at.run()
+        assert not at.exception
+    at.run()
+
+
+def upload(at: AppTest, data: bytes, name: str = "tiny.jsonl") -> None:
+    at.radio(key="replay_source").set_value("Upload a trace").run()
+    at.file_uploader(key="replay_upload").set_value((name, data, "application/json")).run()
+
+
+def test_page_renders_with_defaults():
+    at = fresh()
+    assert "Replay a trace" in at.header[0].value
+    assert button(at, "replay_run")
+    assert not at.error
+
+
+def test_tiny_upload_sweep_plots_and_table():
+    at = fresh()
+    upload(at, TINY)
+    at.text_input(key="replay_sizes").set_value("10, 40").run()
+    button(at, "replay_run").click().run()
+    wait_done(at)
+    assert not at.error, [e.value for e in at.error]
+    res = at.session_state["replay_result"]
+    by = {(r["policy"], r["num_blocks"]): r for r in res["results"]}
+    assert by[("vllm", 10)]["hit_tokens"] == 272 and by[("vllm", 10)]["skipped"] == 1
+    # unbounded by hand: C 32, D 64, E 64, G 80, H 64. At 40 blocks the 600-token request
+    # fits, and evicts more than it brings: a bigger cache, fewer hits here.
+    assert by[("unbounded", None)]["hit_tokens"] == 304
+    assert by[("vllm", 40)]["skipped"] == 0 and by[("vllm", 40)]["hit_tokens"] <= 304
+    assert res["requests"] == 8 and res["prompt_tokens"] == 1105
+    assert len(at.get("plotly_chart")) == 2
+    assert len(at.dataframe) == 1
+    # the page is still usable: another run with other settings
+    at.multiselect(key="replay_policies").set_value(["vllm"]).run()
+    at.checkbox(key="replay_concurrent").check().run()
+    button(at, "replay_run").click().run()
+    wait_done(at)
+    assert not at.error
+    runs = at.session_state["replay_result"]["results"]
+    assert [r["policy"] for r in runs] == ["vllm", "vllm"] and runs[0]["concurrency"]["peak_running"] >= 1
+
+
+@pytest.mark.parametrize(
+    "data,needle",
+    [
+        (b"\x89PNG\r\n\x1a\n\x00\x00", "not a text file"),
+        (b'{"timestamp": 0, "input_length": 9999, "output_length": 1, "hash_ids": [1]}\n', "line 1"),
+        (b"\n\n", "empty trace"),
+        (b"{oops\n", "not JSON"),
+    ],
+)
+def test_bad_upload_one_error_page_usable(data, needle):
+    at = fresh()
+    upload(at, data, "bad.jsonl")
+    button(at, "replay_run").click().run()
+    assert len(at.error) == 1 and needle in at.error[0].value
+    assert "replay_job" not in at.session_state or at.session_state["replay_job"] is None
+    # recover: a good upload runs
+    at.file_uploader(key="replay_upload").set_value(("tiny.jsonl", TINY, "application/json")).run()
+    at.text_input(key="replay_sizes").set_value("10").run()
+    button(at, "replay_run").click().run()
+    wait_done(at)
+    assert not at.error
+
+
+def test_bad_sizes_one_error():
+    at = fresh()
+    at.text_input(key="replay_sizes").set_value("1000, lots").run()
+    button(at, "replay_run").click().run()
+    assert len(at.error) == 1 and "lots" in at.error[0].value
+
+
+def test_cancel_terminates_the_worker():
+    at = fresh()
+    at.number_input(key="replay_limit").set_value(0).run()  # the whole shipped trace: minutes
+    button(at, "replay_run").click().run()
+    job = at.session_state["replay_job"]
+    proc = job["proc"]
+    assert proc.poll() is None  # running
+    button(at, "replay_cancel").click().run()
+    assert proc.wait(timeout=10) is not None  # terminated, not left running
+    assert "replay_job" not in at.session_state or at.session_state["replay_job"] is None
+    assert any("cancelled" in i.value for i in at.info)
+    assert button(at, "replay_run")
