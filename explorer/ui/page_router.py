@@ -1,0 +1,404 @@
+"""Page: a prefix-aware router over a simulated fleet, what KV events buy it, and how it breaks.
+
+The fleet, the router and the request stream come from a fleet file (TOML, `fleets/*.toml`,
+docs/router.md); the controls on the page override its router settings and failure switches.
+The simulation lives in `explorer.router` and the figures in `explorer.viz.router`; this page
+only collects settings and draws. A setup is shared by URL (``?fleet=v1....``: the effective
+config as compressed TOML, capped; only ever parsed as TOML).
+
+Everything this page keeps lives in st.session_state under keys starting with ``router_``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import replace
+from typing import Any
+
+import streamlit as st
+
+from explorer import router as R
+from explorer.errors import BadInput
+from explorer.viz import router as V
+
+PRESET = "router_preset"
+TOML = "router_toml"
+BASE = "router_base_key"
+RESULTS = "router_results"
+URL_DONE = "router_url_loaded"
+URL_ERROR = "router_url_error"
+TRACE = "router_trace"
+CUSTOM = "(edited)"
+MAX_CACHED = 3
+UI_MAX_REQUESTS = 1000
+
+# widget keys
+W_LOAD = "router_load_weight"
+W_TIE = "router_tie_break"
+W_REQUESTS = "router_requests"
+W_SEED = "router_seed"
+W_INSTANCES = "router_instances"
+W_ALGO = "router_f_algo"
+W_SEEDF = "router_f_seed"
+W_BS = "router_f_block_size"
+W_FORM = "router_f_form"
+W_XX = "router_f_xxhash"
+W_SALT = "router_f_salt"
+W_IGNORE = "router_f_ignore_salt"
+W_DROP = "router_f_drop"
+W_METRIC = "router_metric"
+W_ASK = "router_ask"
+W_ASK_KIND = "router_ask_kind"
+W_ASK_TENANT = "router_ask_tenant"
+
+INTRO = """
+Several simulated vLLM instances, each its own engine with KV events on, publish their events
+after every engine step in vLLM's wire format; a router subscribes through the same decoder as
+the *Live events* page. The router tokenizes each request, hashes it with vLLM's block hasher
+(its own NONE_HASH and seed), converts its hashes to the 64-bit form the events carry, and sends
+the request where the longest run of its hashes is already cached, minus a load term. Round
+robin and least-loaded run on the same stream for comparison. Then flip a switch below and
+watch it break.
+"""
+
+SWITCHES = [
+    (W_ALGO, "Router hashes with another algorithm", "router_hash_algo"),
+    (W_SEEDF, "Router runs with PYTHONHASHSEED=0 (another NONE_HASH seed)", "router_hash_seed"),
+    (W_BS, "Router uses another block size", "router_block_size"),
+    (W_FORM, "Router reads 64-bit event hashes as raw digests", "router_wrong_hash_form"),
+    (W_XX, "xxhash instances without a shared seed (each draws its own)", "xxhash_unshared_seed"),
+    (W_SALT, "A cache_salt per tenant", "tenant_salt"),
+    (W_IGNORE, "... and the router hashes without the salt", "router_ignores_salt"),
+]
+
+
+def _ss() -> Any:
+    return st.session_state
+
+
+def _preset_text(name: str) -> str:
+    path = R.example_fleets()[name]
+    return path.read_text(encoding="utf-8")
+
+
+def _init() -> None:
+    ss = _ss()
+    presets = R.example_fleets()
+    if URL_DONE not in ss:
+        ss[URL_DONE] = True
+        token = st.query_params.get("fleet")
+        if token:
+            try:
+                cfg = R.decode_share(token)
+                ss[TOML] = cfg.to_toml()
+                ss[PRESET] = CUSTOM
+                return
+            except BadInput as e:
+                ss[URL_ERROR] = str(e)
+    if TOML not in ss:
+        first = next(iter(presets), None)
+        ss[PRESET] = first if first is not None else CUSTOM
+        ss[TOML] = _preset_text(first) if first is not None else R.FleetConfig().to_toml()
+
+
+def _on_preset() -> None:
+    name = _ss()[PRESET]
+    if name != CUSTOM and name in R.example_fleets():
+        _ss()[TOML] = _preset_text(name)
+
+
+def _sync_widgets(base: R.FleetConfig) -> None:
+    """Controls start from the fleet file whenever the file (not a control) changes."""
+    ss = _ss()
+    key = base.key()
+    if ss.get(BASE) == key:
+        return
+    ss[BASE] = key
+    f = base.failures
+    ss[W_LOAD] = float(base.router.load_weight)
+    ss[W_TIE] = base.router.tie_break
+    ss[W_REQUESTS] = min(base.workload.requests, UI_MAX_REQUESTS)
+    ss[W_SEED] = base.workload.seed
+    ss[W_INSTANCES] = base.fleet.instances
+    ss[W_ALGO] = bool(f.router_hash_algo) and f.router_hash_algo != base.fleet.hash_algo
+    ss[W_SEEDF] = f.router_hash_seed is not None and f.router_hash_seed != base.fleet.hash_seed
+    ss[W_BS] = bool(f.router_block_size) and f.router_block_size != base.fleet.block_size
+    ss[W_FORM] = f.router_wrong_hash_form
+    ss[W_XX] = f.xxhash_unshared_seed
+    ss[W_SALT] = f.tenant_salt
+    ss[W_IGNORE] = f.router_ignores_salt
+    ss[W_DROP] = float(f.drop_batches)
+
+
+def _config_editor() -> R.FleetConfig | None:
+    presets = list(R.example_fleets())
+    options = presets + [CUSTOM]
+    if _ss().get(PRESET) not in options:
+        _ss()[PRESET] = CUSTOM
+    c1, c2 = st.columns([1, 2])
+    c1.selectbox(
+        "Example fleet", options, key=PRESET, on_change=_on_preset,
+        help="The fleets/ folder. Pick one to load it into the editor; edit the TOML freely.",
+    )
+    with c2.expander("Fleet file (TOML)", expanded=False):
+        st.text_area("Fleet TOML", key=TOML, height=420, label_visibility="collapsed")
+        st.caption("Format: docs/router.md. The controls below override [router] and [failures].")
+    try:
+        base = R.parse_fleet_text(_ss()[TOML], "fleet file")
+    except BadInput as e:
+        st.error(str(e))
+        return None
+    if base.description:
+        c1.caption(base.description)
+    return base
+
+
+def _controls(base: R.FleetConfig) -> R.FleetConfig:
+    _sync_widgets(base)
+    st.subheader("Router")
+    c1, c2, c3, c4, c5 = st.columns(5)
+    c1.slider("Load weight", 0.0, max(64.0, float(base.router.load_weight)), step=0.5, key=W_LOAD,
+              help="cost = blocks to prefill + load weight x requests in flight; the lowest cost wins. "
+                   "0 = pure longest match.")
+    c2.selectbox("Tie-break", R.TIE_BREAKS, key=W_TIE, help="Who wins among equal costs.")
+    c3.number_input("Instances", 1, R.LIMITS.max_instances, key=W_INSTANCES)
+    c4.number_input("Requests", 1, UI_MAX_REQUESTS, key=W_REQUESTS)
+    c5.number_input("Stream seed", 0, 2**31 - 1, key=W_SEED)
+    st.caption(
+        "Prefix-aware: for every instance, **cost = (prompt blocks − known cached run) + load weight × "
+        "requests in flight**; the run is the longest prefix of the router's block hashes found in the "
+        "instance's published set, capped so the last prompt token always runs, as vLLM's lookup is."
+    )
+
+    st.subheader("What goes wrong")
+    fl = base.fleet
+    cols = st.columns(2)
+    for n, (key, label, name) in enumerate(SWITCHES):
+        disabled = key == W_IGNORE and not _ss().get(W_SALT)
+        if disabled:
+            _ss()[W_IGNORE] = False
+        cols[n % 2].toggle(label, key=key, help=R.SWITCH_HELP[name], disabled=disabled)
+    cols[len(SWITCHES) % 2].slider("Event batches lost (no replay)", 0.0, 0.95, step=0.05, key=W_DROP,
+                                   help=R.SWITCH_HELP["drop_batches"])
+
+    ss = _ss()
+    bf = base.failures
+    failures = replace(
+        bf,
+        router_hash_algo=(bf.router_hash_algo if bf.router_hash_algo and bf.router_hash_algo != fl.hash_algo
+                          else R.other_algo(fl.hash_algo)) if ss[W_ALGO] else "",
+        router_hash_seed=(bf.router_hash_seed if bf.router_hash_seed is not None and bf.router_hash_seed != fl.hash_seed
+                          else R.other_seed(fl.hash_seed)) if ss[W_SEEDF] else None,
+        router_block_size=(bf.router_block_size if bf.router_block_size and bf.router_block_size != fl.block_size
+                           else R.other_block_size(fl.block_size)) if ss[W_BS] else 0,
+        router_wrong_hash_form=bool(ss[W_FORM]),
+        xxhash_unshared_seed=bool(ss[W_XX]),
+        tenant_salt=bool(ss[W_SALT]),
+        router_ignores_salt=bool(ss[W_SALT] and ss[W_IGNORE]),
+        drop_batches=round(float(ss[W_DROP]), 4),
+    )
+    return replace(
+        base,
+        fleet=replace(fl, instances=int(ss[W_INSTANCES])),
+        router=replace(base.router, load_weight=float(ss[W_LOAD]), tie_break=ss[W_TIE]),
+        workload=replace(base.workload, requests=int(ss[W_REQUESTS]), seed=int(ss[W_SEED])),
+        failures=failures,
+    )
+
+
+def _trace_input(cfg: R.FleetConfig) -> tuple[bytes | None, str, str | None]:
+    """(bytes, name, error) of the trace a trace workload needs."""
+    if cfg.workload.kind != "trace":
+        return None, "", None
+    up = st.file_uploader("Mooncake trace (JSON lines)", type=["jsonl", "json", "txt"], key=TRACE,
+                          help="Used when the fleet file says trace = \"upload\".")
+    if cfg.workload.trace == "upload":
+        if up is None:
+            return None, "", 'This fleet replays an uploaded trace (trace = "upload"): upload one.'
+        data = up.getvalue()
+        from explorer.trace_replay import UI_MAX_TRACE_BYTES
+
+        if len(data) > UI_MAX_TRACE_BYTES:
+            return None, "", f"{up.name}: {len(data):,} bytes is more than the {UI_MAX_TRACE_BYTES:,}-byte limit"
+        return data, up.name, None
+    return None, "", None
+
+
+def _results_cache() -> OrderedDict:
+    ss = _ss()
+    if RESULTS not in ss:
+        ss[RESULTS] = OrderedDict()
+    return ss[RESULTS]
+
+
+def _run(cfg: R.FleetConfig, trace: bytes | None, trace_name: str) -> R.FleetResult | None:
+    key = cfg.key() + (hashlib.sha256(trace).hexdigest() if trace is not None else "")
+    cache = _results_cache()
+    if key in cache:
+        cache.move_to_end(key)
+        return cache[key]
+    try:
+        with st.spinner("Running the fleet under every policy..."):
+            result = R.simulate(cfg, trace, trace_name)
+    except BadInput as e:
+        st.error(str(e))
+        return None
+    cache[key] = result
+    while len(cache) > MAX_CACHED:
+        cache.popitem(last=False)
+    return result
+
+
+def _explanations(result: R.FleetResult) -> None:
+    for name, text in R.explain(result):
+        if name == "healthy":
+            st.success(text)
+        else:
+            st.warning(f"**{name.replace('_', ' ')}** — {text}")
+
+
+def _summary(result: R.FleetResult) -> None:
+    runs = [result.runs[p] for p in (*R.POLICIES, R.BASELINE) if p in result.runs]
+    rr = result.runs.get("round_robin")
+    cols = st.columns(len(runs))
+    for col, run in zip(cols, runs):
+        delta = f"{(run.hit_rate - rr.hit_rate) * 100:+.1f} pts vs round robin" if rr is not None and run is not rr else None
+        col.metric(run.label, f"{run.hit_rate:.1%}", delta, help="hit tokens / prompt tokens, from the engines' own stats")
+    rows = []
+    for run in runs:
+        s = run.summary()
+        rows.append({
+            "policy": run.label,
+            "hit rate": f"{s['hit_rate']:.1%}",
+            "hit tokens (prefill saved)": s["hit_tokens"],
+            "prompt tokens": s["prompt_tokens"],
+            "prefill saved, ms": round(s["saved_ms"]),
+            "prefill computed, ms": round(s["prefill_ms"]),
+            "router's matched tokens": s["router_match_tokens"],
+            "busiest / mean (prefill)": round(s["imbalance_prefill"], 2),
+            "busiest / mean (requests)": round(s["imbalance_requests"], 2),
+            "skipped": s["skipped"],
+            "gaps": s["gaps"],
+            "cross-tenant hit tokens": s["cross_tenant_hit_tokens"],
+        })
+    st.dataframe(rows, hide_index=True, width="stretch")
+    p = result.config.prefill
+    st.caption(
+        f"Milliseconds are the walkthrough's estimate: 2 × {p.params:.3g} parameters / ({p.peak_tflops:g} TFLOP/s × "
+        f"{p.utilization:.0%})" + (" plus Llama-3-8B-shaped attention" if p.attention else "")
+        + " per prompt token; a hit skips its tokens. "
+        f"{len(result.stream.requests):,} requests ({result.stream.source}), simulated in {result.seconds:.2f} s."
+    )
+
+
+def _plots(result: R.FleetResult) -> None:
+    c1, c2 = st.columns(2)
+    c1.plotly_chart(V.hit_rate_by_policy(result), key="router_fig_hit")
+    c2.plotly_chart(V.prefill_time(result), key="router_fig_prefill")
+    st.plotly_chart(V.cumulative_hit_rate(result), key="router_fig_cumulative")
+    st.selectbox("Per instance", list(V.PER_INSTANCE_METRICS), key=W_METRIC,
+                 format_func=lambda m: V.PER_INSTANCE_METRICS[m][0])
+    st.plotly_chart(V.per_instance(result, _ss().get(W_METRIC) or "hit_tokens"), key="router_fig_instances")
+    run = result.runs["prefix"]
+    c1, c2 = st.columns(2)
+    c1.plotly_chart(V.router_vs_engine(run), key="router_fig_match")
+    c2.plotly_chart(V.subscriber_view(run), key="router_fig_view")
+    with st.expander("Per instance, prefix-aware run (the engines' own stats)"):
+        st.dataframe(
+            [
+                {
+                    "instance": i.name,
+                    "routed": i.routed,
+                    "requests (stats)": i.stats["requests"],
+                    "queries (stats)": i.stats["queries"],
+                    "hits (stats)": i.stats["hits"],
+                    "hit rate": f"{i.hit_rate:.1%}",
+                    "batches": i.subscriber.get("batches", 0),
+                    "gaps": i.subscriber.get("gaps", 0),
+                    "lost": i.subscriber.get("lost", 0),
+                    "hashes in view": i.view_hashes,
+                    "hashes in engine": i.engine_hashes,
+                    "phantom": i.phantom,
+                    "missing": i.missing,
+                    "longest queue": i.max_queue,
+                    "NONE_HASH seed": i.seed,
+                }
+                for i in run.instances
+            ],
+            hide_index=True,
+            width="stretch",
+        )
+        chk = run.prediction_check()
+        st.caption(
+            f"Router's match = engine's hit for {chk['exact']:,} requests admitted at once; "
+            f"over {chk['over']:,}, under {chk['under']:,}; {chk['queued']:,} waited in a queue first "
+            "(the cache can change while a request waits)."
+        )
+
+
+def _ask(result: R.FleetResult) -> None:
+    st.subheader("Ask the router")
+    st.caption("Where would one more request go, against the fleet's final state? A token spec such as "
+               "`0:1000, 7*200`, or text (SmolLM2's tokenizer).")
+    c1, c2, c3 = st.columns([1, 3, 1])
+    c1.radio("Prompt is", ["spec", "text"], key=W_ASK_KIND, format_func={"spec": "token spec", "text": "text"}.get)
+    c2.text_input("Prompt", key=W_ASK, placeholder="0:1000, 7*200")
+    c3.number_input("Tenant", 0, max(0, result.config.workload.tenants - 1), key=W_ASK_TENANT)
+    prompt = _ss().get(W_ASK)
+    if not prompt:
+        return
+    try:
+        a = R.ask(result, prompt, _ss().get(W_ASK_KIND) or "spec", int(_ss().get(W_ASK_TENANT) or 0))
+    except BadInput as e:
+        st.error(str(e))
+        return
+    bs = result.setup.router_block_size
+    st.markdown(
+        f"{a.tokens:,} tokens, {a.blocks} full blocks, lookup may cover {a.cap}. Known cached run per instance: "
+        + ", ".join(f"instance-{i} **{m}** blocks ({m * bs:,} tokens)" for i, m in enumerate(a.matches))
+        + f". The router picks **instance-{a.instance}**."
+    )
+
+
+def _share(cfg: R.FleetConfig) -> None:
+    with st.expander("Share this setup"):
+        try:
+            token = R.encode_share(cfg)
+        except BadInput as e:
+            st.info(str(e))
+            if "fleet" in st.query_params:
+                del st.query_params["fleet"]
+        else:
+            if st.query_params.get("fleet") != token:
+                st.query_params["fleet"] = token
+            st.caption("The page's address now carries this setup (?fleet=...); copy it from the browser.")
+            st.code(f"?fleet={token}", language=None)
+        st.download_button("Download the fleet file", cfg.to_toml().encode(), file_name="fleet.toml",
+                           mime="application/toml", key="router_download")
+
+
+def render() -> None:
+    st.title("Prefix-aware routing")
+    st.markdown(INTRO)
+    _init()
+    err = _ss().pop(URL_ERROR, None)
+    if err:
+        st.error(f"The shared link could not be loaded: {err}")
+    base = _config_editor()
+    if base is None:
+        return
+    cfg = _controls(base)
+    trace, trace_name, trace_err = _trace_input(cfg)
+    if trace_err:
+        st.error(trace_err)
+        return
+    st.divider()
+    result = _run(cfg, trace, trace_name)
+    if result is None:
+        return
+    _explanations(result)
+    _summary(result)
+    _plots(result)
+    _ask(result)
+    _share(cfg)
