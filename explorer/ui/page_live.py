@@ -1,0 +1,511 @@
+"""Page: watch live KV events from running vLLM instances.
+
+Type one or more event endpoints (vLLM's ``--kv-events-config`` ``endpoint`` and, optionally,
+its ``replay_endpoint``). The page subscribes with the same decoder and state machine as
+``python -m explorer listen`` (`explorer.events_zmq`), rebuilds per instance the multiset of
+block hashes it holds and its cached prefixes, and counts gaps, replays, losses, restarts and
+malformed frames as they happen.
+
+Connect or bind: vLLM's publisher *binds* an endpoint with ``*`` (its default ``tcp://*:5557``),
+so the page connects to ``tcp://127.0.0.1:5557``; with ``tcp://HOST:PORT`` vLLM *connects*, so
+tick "Bind" and the page listens there.
+
+Which hosts: only loopback (127.0.0.0/8, ``localhost``, ``::1``) and ``ipc://`` paths, unless
+the app was started with an allow-list, either ``EXPLORER_LIVE_ALLOW_HOSTS=host1,host2`` in the
+environment or ``streamlit run app.py -- --live-allow-hosts host1,host2``. The list names hosts
+exactly as typed in endpoints; ``*`` in the list allows binding on every interface.
+
+Sockets live in one background thread per browser session (kept in st.session_state under
+``live_session``), never in module state. The thread polls with short timeouts, publishes an
+immutable snapshot under a lock, and stops by itself when the page has not been drawn for
+``IDLE_STOP_S`` seconds (a closed tab), closing its sockets.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import streamlit as st
+
+from explorer.errors import BadInput
+
+SESSION = "live_session"
+ERROR = "live_error"
+W_ENDPOINTS = "live_endpoints"
+W_TOPIC = "live_topic"
+W_BIND = "live_bind"
+W_CONNECT = "live_connect"
+W_STOP = "live_stop"
+
+ALLOW_ENV = "EXPLORER_LIVE_ALLOW_HOSTS"
+ALLOW_FLAG = "--live-allow-hosts"
+MAX_ENDPOINTS = 8
+REFRESH_S = 1.0
+SNAPSHOT_EVERY_S = 0.25
+IDLE_STOP_S = 120.0
+QUIET_AFTER_S = 5.0
+RECENT = 20
+MAX_HASH_ROWS = 200
+MAX_PREFIX_ROWS = 50
+
+DEFAULT_ENDPOINTS = "tcp://127.0.0.1:5557"
+
+INTRO = """
+Point this page at running vLLM instances started with KV events on, for example
+`--kv-events-config '{"enable_kv_cache_events": true, "publisher": "zmq",
+"endpoint": "tcp://*:5557", "replay_endpoint": "tcp://*:5558"}'`. One endpoint per line,
+optionally followed by its replay endpoint: `tcp://127.0.0.1:5557 tcp://127.0.0.1:5558`.
+With a replay endpoint, missed batches are fetched again (vLLM keeps its last 10,000).
+Data-parallel ranks publish on consecutive ports (`5557`, `5558`, ...): add a line per rank.
+"""
+
+
+# ---- endpoints and the allow-list ----------------------------------------------------------------
+
+
+def allowed_hosts(environ: Mapping[str, str] | None = None, argv: Sequence[str] | None = None) -> frozenset[str]:
+    """Hosts beyond loopback that the app was started to allow (env var or CLI flag)."""
+    environ = os.environ if environ is None else environ
+    argv = sys.argv if argv is None else argv
+    items: list[str] = []
+    items += environ.get(ALLOW_ENV, "").split(",")
+    for i, arg in enumerate(argv):
+        if arg == ALLOW_FLAG and i + 1 < len(argv):
+            items += argv[i + 1].split(",")
+        elif arg.startswith(ALLOW_FLAG + "="):
+            items += arg.split("=", 1)[1].split(",")
+    return frozenset(h.strip().lower().strip("[]") for h in items if h.strip())
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def endpoint_host(endpoint: str) -> str | None:
+    """The host of a tcp:// endpoint, lowercase and without brackets; None for ipc/inproc."""
+    if not endpoint.startswith("tcp://"):
+        return None
+    host = endpoint[len("tcp://"):].rpartition(":")[0]
+    return host.lower().strip("[]")
+
+
+def check_host(endpoint: str, allow: frozenset[str], what: str) -> None:
+    from explorer.events_zmq import check_endpoint
+
+    check_endpoint(endpoint, what)
+    if endpoint.startswith("inproc://"):
+        raise BadInput(f"{what} {endpoint!r}: inproc endpoints exist only inside one process")
+    host = endpoint_host(endpoint)
+    if host is None or _is_loopback(host):
+        return
+    if host in ("*", "0.0.0.0", "::"):
+        if "*" in allow:
+            return
+        raise BadInput(
+            f"{what} {endpoint!r}: listening on every interface needs '*' in the allow-list "
+            f"({ALLOW_ENV} or {ALLOW_FLAG} when starting the app)"
+        )
+    if host not in allow:
+        raise BadInput(
+            f"{what} {endpoint!r}: host {host!r} is not loopback; start the app with "
+            f"{ALLOW_ENV}={host} (or {ALLOW_FLAG} {host}) to allow it"
+        )
+
+
+@dataclass(frozen=True)
+class EndpointSpec:
+    endpoint: str
+    replay_endpoint: str | None = None
+
+
+def parse_endpoints(text: str, allow: frozenset[str]) -> list[EndpointSpec]:
+    """One ``ENDPOINT [REPLAY_ENDPOINT]`` per line; blank lines and ``#`` comments skipped."""
+    specs = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) > 2:
+            raise BadInput(f"line {n}: expected ENDPOINT [REPLAY_ENDPOINT], got {len(parts)} words")
+        check_host(parts[0], allow, f"line {n}: endpoint")
+        replay = parts[1] if len(parts) == 2 else None
+        if replay is not None:
+            check_host(replay, allow, f"line {n}: replay endpoint")
+        specs.append(EndpointSpec(parts[0], replay))
+    if not specs:
+        raise BadInput("no endpoint given")
+    if len(specs) > MAX_ENDPOINTS:
+        raise BadInput(f"{len(specs)} endpoints: at most {MAX_ENDPOINTS}")
+    seen = set()
+    for s in specs:
+        if s.endpoint in seen:
+            raise BadInput(f"endpoint {s.endpoint} is listed twice")
+        seen.add(s.endpoint)
+    return specs
+
+
+# ---- snapshots: what the page draws ---------------------------------------------------------------
+
+
+def fmt_hash(h: Any) -> str:
+    return h.hex() if isinstance(h, bytes) else str(h)
+
+
+@dataclass(frozen=True)
+class InstanceSnap:
+    topic: str
+    rank: int | None
+    blocks: int
+    distinct: int
+    duplicates: int
+    block_size: int | None
+    counters: dict[str, int]
+    hashes: list[tuple[str, int]]  # (hash, copies), most copies first, capped
+    prefixes: list[tuple[int, str, str]]  # (blocks, first hash, last hash), longest first
+    by_medium: dict[str, int]
+
+
+@dataclass(frozen=True)
+class EndpointSnap:
+    endpoint: str
+    replay_endpoint: str | None
+    connection: str
+    replay_status: str | None
+    error: str | None
+    summary: dict[str, int]
+    instances: list[InstanceSnap]
+    recent: list[dict[str, Any]]
+    last_frame_age: float | None
+    running_for: float
+    malformed_reasons: dict[str, int]
+    last_malformed: str | None
+    pending: int
+
+
+def _instance_snap(inst) -> InstanceSnap:
+    hashes = inst.hashes
+    top = sorted(hashes.items(), key=lambda kv: -kv[1])[:MAX_HASH_ROWS]
+    chains = inst.prefixes(MAX_PREFIX_ROWS)
+    blocks = sum(hashes.values())
+    return InstanceSnap(
+        topic=inst.key[0],
+        rank=inst.key[1],
+        blocks=blocks,
+        distinct=len(hashes),
+        duplicates=blocks - len(hashes),
+        block_size=inst.block_size,
+        counters=inst.counters(),
+        hashes=[(fmt_hash(h), n) for h, n in top],
+        prefixes=[(len(c), fmt_hash(c[0]), fmt_hash(c[-1])) for c in chains if c],
+        by_medium={str(m): sum(c.values()) for m, c in inst.by_medium.items() if c},
+    )
+
+
+class _Endpoint:
+    """One endpoint's subscriber and its recent batches; touched only by the worker thread."""
+
+    def __init__(self, spec: EndpointSpec, bind: bool, topic: str) -> None:
+        self.spec = spec
+        self.bind = bind
+        self.topic = topic
+        self.sub = None
+        self.error: str | None = None
+        self.recent: deque = deque(maxlen=RECENT)
+        self.started = time.monotonic()
+
+    def open(self) -> None:
+        from explorer.events_zmq import KVEventSubscriber
+
+        try:
+            self.sub = KVEventSubscriber(
+                self.spec.endpoint, self.spec.replay_endpoint, bind=self.bind, topic=self.topic, monitor=True
+            )
+        except BadInput as e:
+            self.error = str(e)
+
+    def snap(self) -> EndpointSnap:
+        now = time.monotonic()
+        sub = self.sub
+        if sub is None:
+            return EndpointSnap(self.spec.endpoint, self.spec.replay_endpoint, "not open", None, self.error,
+                                {}, [], [], None, now - self.started, {}, None, 0)
+        s = sub.stream
+        return EndpointSnap(
+            endpoint=self.spec.endpoint,
+            replay_endpoint=self.spec.replay_endpoint,
+            connection=sub.connection,
+            replay_status=sub.replay_connection,
+            error=self.error,
+            summary=s.summary(),
+            instances=[_instance_snap(i) for i in s.instances.values()],
+            recent=list(self.recent),
+            last_frame_age=None if sub.last_frame is None else now - sub.last_frame,
+            running_for=now - self.started,
+            malformed_reasons=dict(s.malformed_reasons),
+            last_malformed=s.last_malformed,
+            pending=s.pending,
+        )
+
+    def close(self) -> None:
+        if self.sub is not None:
+            self.sub.close()
+            self.sub = None
+
+
+class LiveSession:
+    """The sockets of one browser session, run by one daemon thread."""
+
+    def __init__(self, specs: list[EndpointSpec], bind: bool, topic: str) -> None:
+        self.specs = specs
+        self.bind = bind
+        self.topic = topic
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._snapshot: list[EndpointSnap] = []
+        self._seen = time.monotonic()
+        self.stopped_reason: str | None = None
+        self._thread = threading.Thread(target=self._run, name="live-events", daemon=True)
+
+    def start(self) -> LiveSession:
+        self._thread.start()
+        return self
+
+    def touch(self) -> None:
+        """The page was drawn: keep running."""
+        self._seen = time.monotonic()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def snapshot(self) -> list[EndpointSnap]:
+        with self._lock:
+            return self._snapshot
+
+    def stop(self, timeout: float = 3.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _publish(self, eps: list[_Endpoint]) -> None:
+        snaps = [e.snap() for e in eps]
+        with self._lock:
+            self._snapshot = snaps
+
+    def _run(self) -> None:
+        eps = [_Endpoint(s, self.bind, self.topic) for s in self.specs]
+        try:
+            for e in eps:
+                e.open()
+            self._publish(eps)
+            live = [e for e in eps if e.sub is not None]
+            last_snap = 0.0
+            while not self._stop.is_set():
+                if time.monotonic() - self._seen > IDLE_STOP_S:
+                    self.stopped_reason = f"stopped: the page was not open for {IDLE_STOP_S:.0f} s"
+                    break
+                if not live:
+                    self._stop.wait(0.2)
+                else:
+                    wait = 0.05 if len(live) == 1 else 0.01
+                    for e in live:
+                        for a in e.sub.poll(wait):
+                            e.recent.appendleft({
+                                "seq": a.seq,
+                                "instance": f"{a.instance[0] or '(no topic)'} / dp {a.instance[1]}",
+                                "events": ", ".join(type(ev).__name__ for ev in a.batch.events[:6])
+                                + (" ..." if len(a.batch.events) > 6 else ""),
+                                "replayed": a.replayed,
+                                "ts": a.batch.ts,
+                            })
+                now = time.monotonic()
+                if now - last_snap >= SNAPSHOT_EVERY_S:
+                    self._publish(eps)
+                    last_snap = now
+        except Exception as e:  # a bug must not leave sockets open; show it instead
+            self.stopped_reason = f"stopped by an error: {type(e).__name__}: {e}"
+        finally:
+            try:
+                self._publish(eps)
+            finally:
+                for e in eps:
+                    e.close()
+
+
+# ---- the page --------------------------------------------------------------------------------------
+
+
+def _ss() -> Any:
+    return st.session_state
+
+
+def _stop_session() -> None:
+    sess = _ss().get(SESSION)
+    if sess is not None:
+        sess.stop()
+    _ss()[SESSION] = None
+
+
+def _connect() -> None:
+    ss = _ss()
+    ss[ERROR] = None
+    try:
+        specs = parse_endpoints(ss.get(W_ENDPOINTS) or "", allowed_hosts())
+    except BadInput as e:
+        ss[ERROR] = str(e)
+        return
+    _stop_session()
+    ss[SESSION] = LiveSession(specs, bool(ss.get(W_BIND)), ss.get(W_TOPIC) or "").start()
+
+
+def _status_line(snap: EndpointSnap, running: bool) -> tuple[str, str]:
+    """(kind, text) for the endpoint's status: kind is success, info, warning or error."""
+    if snap.error:
+        return "error", snap.error
+    conn = snap.connection
+    age = snap.last_frame_age
+    if age is not None and age < QUIET_AFTER_S:
+        return "success", f"{conn}: receiving (last frame {age:.1f} s ago)"
+    if not running:
+        return "info", f"stopped ({conn})"
+    if conn.startswith("retrying"):
+        return "error", f"{conn}: no publisher at {snap.endpoint} (is vLLM running with KV events on?)"
+    quiet = snap.running_for if age is None else age
+    if quiet >= QUIET_AFTER_S:
+        what = "nothing received yet" if age is None else f"no batch for {age:.0f} s"
+        return "warning", f"{conn}: {what} (vLLM publishes only when a step changes the cache)"
+    return "info", f"{conn}: waiting for batches"
+
+
+def _render_endpoint(snap: EndpointSnap, running: bool) -> None:
+    title = snap.endpoint + (f"  (replay {snap.replay_endpoint})" if snap.replay_endpoint else "")
+    st.markdown(f"#### `{title}`")
+    kind, text = _status_line(snap, running)
+    getattr(st, kind)(text)
+    if snap.error:
+        return
+    s = snap.summary
+    cols = st.columns(6)
+    for col, key in zip(cols, ("batches", "gaps", "replayed", "lost", "malformed", "restarts")):
+        col.metric(key, f"{s.get(key, 0):,}")
+    notes = []
+    if snap.replay_status:
+        notes.append(f"replay: {snap.replay_status}")
+    if snap.pending:
+        notes.append(f"{snap.pending} batches held until a replay fills a gap")
+    if snap.last_malformed:
+        notes.append(f"last malformed frame: {snap.last_malformed}")
+    if notes:
+        st.caption(" · ".join(notes))
+    for inst in snap.instances:
+        label = f"instance topic {inst.topic or '(none)'}, data parallel rank {inst.rank}"
+        with st.expander(f"{label}: {inst.blocks:,} cached blocks", expanded=len(snap.instances) == 1):
+            c = st.columns(4)
+            c[0].metric("blocks held", f"{inst.blocks:,}")
+            c[1].metric("distinct hashes", f"{inst.distinct:,}")
+            c[2].metric("duplicate copies", f"{inst.duplicates:,}")
+            c[3].metric("restarts", inst.counters["restarts"])
+            extra = []
+            if inst.by_medium:
+                extra.append("by medium: " + ", ".join(f"{m} {n:,}" for m, n in sorted(inst.by_medium.items())))
+            if inst.counters["unrecovered_initial"]:
+                extra.append(
+                    f"{inst.counters['unrecovered_initial']} batches before joining were no longer "
+                    "in the replay buffer: this view may miss blocks stored before then"
+                )
+            if inst.counters["unknown_removals"]:
+                extra.append(f"{inst.counters['unknown_removals']} removals of hashes not held")
+            if extra:
+                st.caption(" · ".join(extra))
+            left, right = st.columns(2)
+            with left:
+                st.markdown("**Cached prefixes** (hash chains, longest first)")
+                if inst.prefixes:
+                    bs = inst.block_size or 0
+                    st.dataframe(
+                        [{"blocks": n, "tokens": n * bs, "first block": a, "last block": b} for n, a, b in inst.prefixes],
+                        hide_index=True,
+                    )
+                else:
+                    st.caption("none")
+            with right:
+                st.markdown("**Block hash multiset**")
+                if inst.hashes:
+                    st.dataframe([{"hash": h, "copies": n} for h, n in inst.hashes], hide_index=True)
+                else:
+                    st.caption("empty")
+    if snap.recent:
+        with st.expander("Recent batches", expanded=False):
+            st.dataframe(snap.recent, hide_index=True)
+
+
+def _render_live(sess: LiveSession) -> None:
+    sess.touch()
+    running = sess.alive
+    if sess.stopped_reason:
+        st.warning(sess.stopped_reason)
+    snaps = sess.snapshot()
+    if not snaps:
+        st.info("Opening sockets...")
+        return
+    for snap in snaps:
+        _render_endpoint(snap, running)
+
+
+def render() -> None:
+    ss = _ss()
+    st.title("Live KV events")
+    st.markdown(INTRO)
+    allow = allowed_hosts()
+    with st.form("live_form", border=True):
+        st.text_area(
+            "Endpoints (one per line: ENDPOINT [REPLAY_ENDPOINT])",
+            value=DEFAULT_ENDPOINTS,
+            key=W_ENDPOINTS,
+            height=90,
+        )
+        c1, c2 = st.columns(2)
+        c1.text_input("Topic prefix", value="", key=W_TOPIC, help="vLLM's default topic is empty")
+        c2.checkbox(
+            "Bind (vLLM connects here)",
+            key=W_BIND,
+            help="vLLM connects when its endpoint names a host (tcp://HOST:PORT) and binds when it has * or ::",
+        )
+        st.form_submit_button("Connect", on_click=_connect, type="primary", key=W_CONNECT)
+    st.caption(
+        "Loopback and ipc:// only"
+        + (f"; also allowed: {', '.join(sorted(allow))}" if allow else "")
+        + f". Other hosts: start the app with {ALLOW_ENV}=host1,host2."
+    )
+    if ss.get(ERROR):
+        st.error(ss[ERROR])
+    sess = ss.get(SESSION)
+    if sess is None:
+        st.info("Not connected. Type an endpoint and press Connect.")
+        return
+    st.button("Disconnect", key=W_STOP, on_click=_stop_session)
+    if sess.alive:
+
+        @st.fragment(run_every=REFRESH_S)
+        def _panel() -> None:
+            current = _ss().get(SESSION)
+            if current is not None:
+                _render_live(current)
+
+        _panel()
+    else:
+        _render_live(sess)
