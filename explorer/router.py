@@ -43,7 +43,7 @@ import random
 import time
 import tomllib
 import zlib
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -1499,7 +1499,7 @@ def explain(result: FleetResult) -> list[tuple[str, str]]:
     )
     if f.router_hash_algo and f.router_hash_algo != s.engine_algo:
         out.append(("router_hash_algo", f"Router hashes with {f.router_hash_algo}, instances with {s.engine_algo}: " + zero))
-    if f.router_hash_seed is not None and f.router_hash_seed != (s.engine_seeds[0] or ""):
+    if f.router_hash_seed is not None and f.router_hash_seed != s.engine_seeds[0]:
         out.append(("router_hash_seed", f"Router seeds NONE_HASH with {f.router_hash_seed!r}, the instances with "
                     f"{run.instances[0].seed!r}: " + zero))
     if f.router_block_size and f.router_block_size != cfg.fleet.block_size:

@@ -122,7 +122,7 @@ def _sync_widgets(base: R.FleetConfig) -> None:
     ss[W_SEED] = base.workload.seed
     ss[W_INSTANCES] = base.fleet.instances
     ss[W_ALGO] = bool(f.router_hash_algo) and f.router_hash_algo != base.fleet.hash_algo
-    ss[W_SEEDF] = f.router_hash_seed is not None and f.router_hash_seed != base.fleet.hash_seed
+    ss[W_SEEDF] = f.router_hash_seed is not None
     ss[W_BS] = bool(f.router_block_size) and f.router_block_size != base.fleet.block_size
     ss[W_FORM] = f.router_wrong_hash_form
     ss[W_XX] = f.xxhash_unshared_seed
@@ -188,7 +188,7 @@ def _controls(base: R.FleetConfig) -> R.FleetConfig:
         bf,
         router_hash_algo=(bf.router_hash_algo if bf.router_hash_algo and bf.router_hash_algo != fl.hash_algo
                           else R.other_algo(fl.hash_algo)) if ss[W_ALGO] else "",
-        router_hash_seed=(bf.router_hash_seed if bf.router_hash_seed is not None and bf.router_hash_seed != fl.hash_seed
+        router_hash_seed=(bf.router_hash_seed if bf.router_hash_seed is not None
                           else R.other_seed(fl.hash_seed)) if ss[W_SEEDF] else None,
         router_block_size=(bf.router_block_size if bf.router_block_size and bf.router_block_size != fl.block_size
                            else R.other_block_size(fl.block_size)) if ss[W_BS] else 0,
