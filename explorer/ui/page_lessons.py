@@ -18,6 +18,7 @@ from explorer.scenario import load_scenario
 
 LESSONS_DIR = Path(__file__).resolve().parents[2] / "lessons"
 K_PICK = "lessons_pick"
+K_LAST_URL = "lessons_last_url_pick"
 _STEM = re.compile(r"^\d\d_[a-z0-9_]+$")
 
 
@@ -62,6 +63,23 @@ def _initial_pick(stems: list[str]) -> str:
     return stems[0]
 
 
+def _url_names_lesson() -> bool:
+    try:
+        return any(st.query_params.get(k) for k in ("lesson", "scenario"))
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def lesson_title(stem: str, directory: Path = LESSONS_DIR) -> str:
+    """A lesson's title (the first line of its narrative), or its stem."""
+    md = directory / f"{stem}.md"
+    if _STEM.match(stem) and md.is_file():
+        first = md.read_text(encoding="utf-8").split("\n", 1)[0]
+        if first.startswith("# "):
+            return first[2:].strip()
+    return stem
+
+
 def _steps_table(lesson: LessonFile) -> None:
     try:
         scenario = load_scenario(lesson.toml)
@@ -86,8 +104,11 @@ def render() -> None:
         return
     by_stem = {lesson.stem: lesson for lesson in lessons}
     stems = list(by_stem)
-    if st.session_state.get(K_PICK) not in by_stem:
-        st.session_state[K_PICK] = _initial_pick(stems)
+    wanted = _initial_pick(stems)
+    if st.session_state.get(K_PICK) not in by_stem or (wanted != st.session_state.get(K_LAST_URL) and _url_names_lesson()):
+        # A link that names a lesson (from the practice page, say) wins over the last pick.
+        st.session_state[K_PICK] = wanted
+        st.session_state[K_LAST_URL] = wanted
 
     with st.sidebar:
         st.radio("Lesson", stems, key=K_PICK, format_func=lambda s: by_stem[s].title)

@@ -14,6 +14,7 @@ import streamlit as st
 
 from explorer import practice as P
 from explorer.scenario_cli import describe_step
+from explorer.ui.page_lessons import lesson_title
 
 DOCS_DIR = Path(__file__).resolve().parents[2] / "docs"
 
@@ -132,7 +133,7 @@ def _reveal(q: P.Question, correct: bool, message: str) -> None:
     st.markdown("**What the engine did in this step**")
     st.code(describe_step(step, q.scenario.engine.block_size).strip(), language=None)
     if q.lesson:
-        st.page_link(_lessons_page(), label=f"Lesson: {q.lesson}", icon=":material/school:",
+        st.page_link(_lessons_page(), label=f"Lesson {lesson_title(q.lesson)}", icon=":material/school:",
                      query_params={"lesson": q.lesson})
     _open_in_explorer(q)
     st.download_button("Download this scenario (TOML)", q.scenario.to_toml(), file_name=f"practice-{q.kind}-{q.seed}.toml",
@@ -159,7 +160,7 @@ def _interview() -> None:
         with st.expander(f.question):
             st.markdown(f.answer)
             if f.lesson:
-                st.page_link(_lessons_page(), label=f"Lesson: {f.lesson}", icon=":material/school:",
+                st.page_link(_lessons_page(), label=f"Lesson {lesson_title(f.lesson)}", icon=":material/school:",
                              query_params={"lesson": f.lesson})
     st.subheader("How answers are scored")
     for r in P.RUBRIC:

@@ -41,3 +41,15 @@ def test_the_url_preselects_a_lesson_and_next_moves_on():
     assert at.sidebar.radio(key="lessons_pick").value == "12_design_doc_example"
     at.button(key="lessons_next").click().run()
     assert at.sidebar.radio(key="lessons_pick").value == "13_interview_walkthrough"
+
+
+def test_a_later_link_to_another_lesson_wins_over_the_last_pick():
+    at = AppTest.from_function(_page, default_timeout=60).run()
+    at.sidebar.radio(key="lessons_pick").set_value("02_extra_keys")
+    at.run()
+    at.query_params["lesson"] = "05_when_hashed"
+    at.run()
+    assert at.sidebar.radio(key="lessons_pick").value == "05_when_hashed"
+    at.sidebar.radio(key="lessons_pick").set_value("06_free_order_lru")
+    at.run()  # the same link does not pull the reader back
+    assert at.sidebar.radio(key="lessons_pick").value == "06_free_order_lru"
