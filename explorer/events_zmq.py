@@ -35,6 +35,7 @@ topic of its own (or a subscriber of its own) when they share a rank.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -48,7 +49,6 @@ from explorer.core.events import (
     BlockRemoved,
     BlockStored,
     KVEventBatch,
-    decode_batch,
     encode_batch,
     event_to_json,
     to_json_value,
@@ -163,68 +163,79 @@ def replay_request_frames(start_seq: int) -> list[bytes]:
 # ---- decoding ----------------------------------------------------------------------------------
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+def _build_decoder():
+    """A typed msgspec decoder for the wire schema (spec rule 42) and its event converters.
+
+    The structs describe the payload exactly as vLLM's typed decoder reads it: tagged maps
+    (``"type"``), required fields without defaults, unknown keys ignored, an array batch whose
+    trailing ``data_parallel_rank`` may be missing. Type checks run in C; the decoded structs
+    are then turned into explorer.core.events objects (same fields, same order).
+    """
+    import msgspec
+
+    Hash = int | bytes
+    opts = dict(tag_field="type", omit_defaults=True)
+    # (name, type) fields are required; (name, type, default) ones may be left out
+    stored = msgspec.defstruct("WireBlockStored", [
+        ("block_hashes", list[Hash]),
+        ("parent_block_hash", Hash | None),
+        ("token_ids", list[int]),
+        ("block_size", int),
+        ("lora_id", int | None),
+        ("medium", str | None),
+        ("lora_name", str | None),
+        ("extra_keys", list[tuple | None] | None, None),
+        ("group_idx", int | None, None),
+        ("kv_cache_spec_kind", str | None, None),
+        ("kv_cache_spec_sliding_window", int | None, None),
+        ("locality", str | None, None),
+        ("ownership", str | None, None),
+        ("session_id", str | None, None),
+    ], tag="BlockStored", **opts)
+    removed = msgspec.defstruct("WireBlockRemoved", [
+        ("block_hashes", list[Hash]),
+        ("medium", str | None),
+        ("group_idx", int | None, None),
+        ("locality", str | None, None),
+        ("ownership", str | None, None),
+    ], tag="BlockRemoved", **opts)
+    all_cleared = msgspec.defstruct("WireAllBlocksCleared", [], tag="AllBlocksCleared", **opts)
+    batch = msgspec.defstruct("WireBatch", [
+        ("ts", float),
+        ("events", list[stored | removed | all_cleared]),
+        ("data_parallel_rank", int | None, None),
+    ], array_like=True)
+
+    astuple = msgspec.structs.astuple
+    convert = {
+        stored: lambda e: BlockStored(*astuple(e)),
+        removed: lambda e: BlockRemoved(*astuple(e)),
+        all_cleared: lambda e: AllBlocksCleared(),
+    }
+    return msgspec.msgpack.Decoder(batch), convert, msgspec.DecodeError
 
 
-def _is_hash(v: Any) -> bool:
-    return _is_int(v) or isinstance(v, bytes)
-
-
-def _opt(v: Any, check) -> bool:
-    return v is None or check(v)
-
-
-def _is_str(v: Any) -> bool:
-    return isinstance(v, str)
-
-
-def _check_event(ev: Any) -> None:
-    """The type checks vLLM's typed decoder makes on the fields we use (ValueError if bad)."""
-    if isinstance(ev, BlockStored):
-        if not isinstance(ev.block_hashes, list) or not all(_is_hash(h) for h in ev.block_hashes):
-            raise ValueError("BlockStored.block_hashes is not an array of ints or bytes")
-        if not _opt(ev.parent_block_hash, _is_hash):
-            raise ValueError("BlockStored.parent_block_hash is not an int, bytes or nil")
-        if not isinstance(ev.token_ids, list) or not all(_is_int(t) for t in ev.token_ids):
-            raise ValueError("BlockStored.token_ids is not an array of ints")
-        if not _is_int(ev.block_size):
-            raise ValueError("BlockStored.block_size is not an int")
-        if not _opt(ev.lora_id, _is_int):
-            raise ValueError("BlockStored.lora_id is not an int or nil")
-        for name in ("medium", "lora_name", "kv_cache_spec_kind", "locality", "ownership", "session_id"):
-            if not _opt(getattr(ev, name), _is_str):
-                raise ValueError(f"BlockStored.{name} is not a string or nil")
-        for name in ("group_idx", "kv_cache_spec_sliding_window"):
-            if not _opt(getattr(ev, name), _is_int):
-                raise ValueError(f"BlockStored.{name} is not an int or nil")
-        if ev.extra_keys is not None and not isinstance(ev.extra_keys, list):
-            raise ValueError("BlockStored.extra_keys is not an array or nil")
-    elif isinstance(ev, BlockRemoved):
-        if not isinstance(ev.block_hashes, list) or not all(_is_hash(h) for h in ev.block_hashes):
-            raise ValueError("BlockRemoved.block_hashes is not an array of ints or bytes")
-        for name in ("medium", "locality", "ownership"):
-            if not _opt(getattr(ev, name), _is_str):
-                raise ValueError(f"BlockRemoved.{name} is not a string or nil")
-        if not _opt(ev.group_idx, _is_int):
-            raise ValueError("BlockRemoved.group_idx is not an int or nil")
-    elif not isinstance(ev, AllBlocksCleared):  # pragma: no cover - decode_batch only builds these
-        raise ValueError(f"unknown event {type(ev).__name__}")
+@functools.cache
+def _decoder():
+    """Built on first use (msgspec is imported only then); immutable afterwards."""
+    return _build_decoder()
 
 
 def decode_payload(payload: bytes, max_payload: int = DEFAULT_MAX_PAYLOAD) -> KVEventBatch:
-    """A checked KVEventBatch from a payload; ValueError (never anything else) when bad."""
+    """A checked KVEventBatch from a payload; ValueError (never anything else) when bad.
+
+    Accepts exactly what vLLM's ``msgspec.msgpack.Decoder(type=KVEventBatch)`` accepts.
+    """
     if len(payload) > max_payload:
         raise ValueError(f"payload of {len(payload)} bytes is over the {max_payload}-byte limit")
+    decoder, convert, decode_error = _decoder()
     try:
-        batch = decode_batch(payload)
-        for ev in batch.events:
-            _check_event(ev)
-    except ValueError:
-        raise
-    except Exception as e:  # RecursionError, MemoryError, TypeError from odd maps...
+        wire = decoder.decode(payload)
+    except decode_error as e:
+        raise ValueError(f"malformed payload: {e}") from None
+    except Exception as e:  # RecursionError, MemoryError, ...
         raise ValueError(f"undecodable payload ({type(e).__name__})") from None
-    return batch
+    return KVEventBatch(wire.ts, [convert[type(e)](e) for e in wire.events], wire.data_parallel_rank)
 
 
 # ---- the state machine -------------------------------------------------------------------------
@@ -286,20 +297,25 @@ class CacheInstance:
 
     def apply(self, batch: KVEventBatch) -> None:
         hashes, parents = self.hashes, self.parents
+        get = hashes.get
         for ev in batch.events:
-            if isinstance(ev, BlockStored):
+            kind = type(ev)
+            if kind is BlockStored:
                 parent = ev.parent_block_hash
-                medium = self.by_medium.setdefault(ev.medium, Counter())
+                medium = self.by_medium.get(ev.medium)
+                if medium is None:
+                    medium = self.by_medium[ev.medium] = Counter()
+                mget = medium.get
                 self.block_size = ev.block_size
                 for h in ev.block_hashes:
-                    hashes[h] += 1
-                    medium[h] += 1
+                    hashes[h] = get(h, 0) + 1
+                    medium[h] = mget(h, 0) + 1
                     parents[h] = parent
                     parent = h
-            elif isinstance(ev, BlockRemoved):
+            elif kind is BlockRemoved:
                 medium = self.by_medium.get(ev.medium)
                 for h in ev.block_hashes:
-                    n = hashes.get(h, 0)
+                    n = get(h, 0)
                     if n <= 0:
                         self.unknown_removals += 1
                         continue
@@ -308,9 +324,11 @@ class CacheInstance:
                         parents.pop(h, None)
                     else:
                         hashes[h] = n - 1
-                    if medium is not None and medium.get(h, 0) > 0:
-                        medium[h] -= 1
-                        if not medium[h]:
+                    if medium is not None:
+                        m = medium.get(h, 0)
+                        if m > 1:
+                            medium[h] = m - 1
+                        elif m == 1:
                             del medium[h]
             else:  # AllBlocksCleared
                 self.clear_cache()
@@ -390,6 +408,7 @@ class KVEventStream:
         self.max_payload = max_payload
         self.max_pending = max_pending
         self.instances: dict[InstanceKey, CacheInstance] = {}
+        self._topics: dict[bytes, str] = {}
         self.malformed = 0
         self.malformed_reasons: Counter = Counter()
         self.last_malformed: str | None = None
@@ -476,6 +495,8 @@ class KVEventStream:
 
     @staticmethod
     def _as_frames(frames: Any) -> list[bytes] | None:
+        if type(frames) is list and all(type(f) is bytes for f in frames):
+            return frames
         if not isinstance(frames, (list, tuple)):
             return None
         out = []
@@ -499,8 +520,12 @@ class KVEventStream:
             batch = decode_payload(payload, self.max_payload)
         except ValueError as e:
             return "payload", str(e)[:200]
-        key = (topic.decode("utf-8", "backslashreplace"), batch.data_parallel_rank)
-        return seq, key, batch
+        name = self._topics.get(topic)
+        if name is None:
+            name = topic.decode("utf-8", "backslashreplace")
+            if len(self._topics) < 1024:
+                self._topics[topic] = name
+        return seq, (name, batch.data_parallel_rank), batch
 
     def feed_live(self, frames: Sequence[bytes], now: float | None = None) -> list[AppliedBatch]:
         """One multipart message from the SUB socket."""

@@ -336,3 +336,82 @@ def test_our_publisher_over_the_wire_to_vllm_decoder(vllm, tmp_path):
         frames = m["frames"]
         assert frames[0] == "" and frames[1:] == lm["frames"]
         assert m["decoded"]["events"] == lm["decoded"]["events"]
+
+
+def payload_corpus(seed: int = 7, mutations: int = 400) -> list[bytes]:
+    """Valid payloads, odd-but-valid ones, wrong types, and random mutations of valid ones."""
+    import random
+
+    import msgspec
+
+    rnd = random.Random(seed)
+    enc = msgspec.msgpack.encode
+    valid = [encode_batch(b) for b in our_batches()]
+    stored = {"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None, "token_ids": [1],
+              "block_size": 1, "lora_id": None, "medium": None, "lora_name": None}
+    odd = [
+        enc([1, [], 0]),  # int ts
+        enc([1.0, []]),  # no rank
+        enc([1.0, [], None]),
+        enc([1.0, [], 0, "extra", 5]),  # trailing elements
+        enc([1.0, [{**stored, "unknown": [1, {"x": 2}]}], 3]),  # unknown key
+        enc([1.0, [{"type": "AllBlocksCleared", "junk": 1}], 0]),
+        enc([1.0, [{**stored, "block_hashes": [2**64 - 1, -(2**63), b"x"]}], 0]),
+        enc([1.0, [{**stored, "extra_keys": [None, [1, "a"], []]}], 0]),
+    ]
+    wrong = [
+        enc([]), enc([1.0]), enc(["1", [], 0]), enc([True, [], 0]), enc([1.0, {}, 0]), enc([1.0, [], "0"]),
+        enc([1.0, [], 1.5]), enc([1.0, [], True]), enc({"ts": 1.0, "events": []}), enc([1.0, [1], 0]),
+        enc([1.0, [{"type": "Nope"}], 0]), enc([1.0, [{"block_hashes": []}], 0]),
+        enc([1.0, [{**stored, "block_hashes": [1.5]}], 0]),
+        enc([1.0, [{**stored, "block_hashes": [True]}], 0]),
+        enc([1.0, [{**stored, "block_hashes": [[1]]}], 0]),
+        enc([1.0, [{**stored, "token_ids": ["a"]}], 0]),
+        enc([1.0, [{**stored, "block_size": None}], 0]),
+        enc([1.0, [{**stored, "medium": 3}], 0]),
+        enc([1.0, [{**stored, "extra_keys": [5]}], 0]),
+        enc([1.0, [{**stored, "extra_keys": {"a": 1}}], 0]),
+        enc([1.0, [{k: v for k, v in stored.items() if k != "lora_name"}], 0]),
+        enc([1.0, [{"type": "BlockRemoved", "block_hashes": [1]}], 0]),
+        enc([1.0, [{"type": "BlockRemoved", "block_hashes": [1], "medium": None, "group_idx": "0"}], 0]),
+        b"", b"\xc1", b"\x93", b"\x93\x00\x90\x00\x00", b"\x91" * 5000,
+        b"\x93\x00\xdd\xff\xff\xff\xff", b"\x93\x00\x90\xc4\x05ab",
+    ]
+    corpus = valid + odd + wrong
+    for _ in range(mutations):
+        p = bytearray(rnd.choice(valid + odd))
+        op = rnd.randrange(4)
+        if op == 0:
+            p = p[: rnd.randrange(len(p))]
+        elif op == 1:
+            for _ in range(rnd.randint(1, 3)):
+                p[rnd.randrange(len(p))] = rnd.randrange(256)
+        elif op == 2:
+            i = rnd.randrange(len(p) + 1)
+            p[i:i] = bytes(rnd.randrange(256) for _ in range(rnd.randint(1, 4)))
+        else:
+            i = rnd.randrange(len(p))
+            del p[i : i + rnd.randint(1, 4)]
+        corpus.append(bytes(p))
+    return corpus
+
+
+def test_our_decoder_accepts_exactly_what_vllms_accepts(vllm):
+    """Malformed = what vLLM's own typed decoder rejects; accepted payloads decode the same."""
+    from explorer.events_zmq import decode_payload
+
+    corpus = payload_corpus()
+    theirs = vllm.call("decode", payloads=[p.hex() for p in corpus])["results"]
+    accepted = 0
+    for p, t in zip(corpus, theirs):
+        try:
+            ours = decode_payload(p)
+        except ValueError as e:
+            assert "decode_error" in t, (p.hex(), str(e), t)
+            continue
+        assert "decode_error" not in t, (p.hex(), t)
+        accepted += 1
+        assert t["ts"] == ours.ts or (t["ts"] != t["ts"] and ours.ts != ours.ts)  # NaN
+        assert t["data_parallel_rank"] == ours.data_parallel_rank
+        assert t["events"] == [all_fields(e) for e in ours.events], p.hex()
+    assert 20 <= accepted < len(corpus) - 100
