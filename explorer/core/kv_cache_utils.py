@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from explorer.core.errors import ConfigError
 from explorer.core.hashing import BlockHash, BlockHashWithGroupId, HashContext
 
 if TYPE_CHECKING:
@@ -214,6 +215,9 @@ def get_request_block_hasher(
     """A function that hashes every full block of a request not hashed yet, chained from the
     last known hash (kv_cache_utils.py:836-895). A partial tail gets no hash; it is hashed when
     sampled tokens fill it."""
+    if block_size < 1:
+        # vLLM's config never lets 0 through; here it would make the hasher loop forever.
+        raise ConfigError(f"block size must be a positive integer, got {block_size!r}")
 
     def request_block_hasher(request: Request) -> list[BlockHash]:
         start = len(request.block_hashes) * block_size
