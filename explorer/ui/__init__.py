@@ -1,0 +1,1 @@
+"""Streamlit pages of the Prefix Cache Explorer; each page module has a `render()`."""

@@ -1,0 +1,186 @@
+"""The hash calculator: tokens or text in; vLLM's exact block digests, group-id keys and 64-bit
+event hashes out, for any algorithm and seed (the engine of `python -m explorer hash`)."""
+
+from __future__ import annotations
+
+import json
+from html import escape
+
+import streamlit as st
+
+from explorer.core.hashing import HASH_ALGOS, NON_CRYPTO_HASH_ALGOS, resolve_none_hash_seed
+from explorer.errors import BadInput
+from explorer.hashcalc import block_hash_table
+from explorer.ui.state import UI_LIMITS
+
+MAX_ROWS = 512
+K_SEED = "px_hash_drawn_seed"
+
+
+def _tokenizer_available() -> bool:
+    try:
+        from explorer.tokens import tokenizer_available
+
+        return tokenizer_available()
+    except Exception:  # noqa: BLE001 - tokenizer module missing: token specs only
+        return False
+
+
+def parse_mm(text: str, num_tokens: int):
+    """`id:offset:length` items, comma separated, into sorted MultiModalFeatures."""
+    from explorer.core.request import MultiModalFeature, check_mm_features
+
+    items = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        bits = part.rsplit(":", 2)
+        if len(bits) != 3 or not bits[1].strip().isdigit() or not bits[2].strip().isdigit():
+            raise BadInput(f"image {part!r}: expected ID:OFFSET:LENGTH with whole numbers, e.g. img-1:5:32")
+        items.append(MultiModalFeature(bits[0].strip(), int(bits[1]), int(bits[2])))
+    items.sort(key=lambda m: m.offset)
+    check_mm_features(items, num_tokens)
+    return items
+
+
+def _tokens(kind: str, text: str, spec: str) -> list[int]:
+    from explorer.tokens import parse_token_spec, spec_length
+
+    cap = UI_LIMITS.max_prompt_tokens
+    if kind == "Text":
+        from explorer.tokens import encode_text
+
+        if len(text) > 200_000:
+            raise BadInput(f"text has {len(text):,} characters, more than the limit 200,000")
+        ids = encode_text(text)
+        if len(ids) > cap:
+            raise BadInput(f"the text tokenizes to {len(ids):,} tokens, more than the limit {cap:,}")
+        return ids
+    if spec_length(spec) > cap:
+        raise BadInput(f"the token spec expands to {spec_length(spec):,} tokens, more than the limit {cap:,}")
+    return parse_token_spec(spec, cap)
+
+
+def _seed(algo: str, typed: str) -> str | None:
+    """The seed to hash with: the typed one, vLLM's default, or this session's drawn one."""
+    if typed:
+        return typed
+    if algo in NON_CRYPTO_HASH_ALGOS:
+        if K_SEED not in st.session_state:
+            st.session_state[K_SEED] = resolve_none_hash_seed(algo, None)
+        return st.session_state[K_SEED]
+    return None
+
+
+def _table_html(result: dict) -> str:
+    rows = []
+    for b in result["blocks"][:MAX_ROWS]:
+        extra = "" if b["extra_keys"] is None else escape(json.dumps(b["extra_keys"]))
+        rows.append(
+            f"<tr><td>{b['index']}</td><td>{b['tokens'][0]:,}-{b['tokens'][1] - 1:,}</td>"
+            f"<td><code class='px-digest'>{b['hash']}</code></td><td><code class='px-digest'>{b['key']}</code></td>"
+            f"<td><code>{b['external']}</code></td><td>{extra}</td></tr>"
+        )
+    more = len(result["blocks"]) - MAX_ROWS
+    foot = f"<tr><td colspan='6' class='px-more'>&hellip; {more:,} more blocks in the JSON download</td></tr>" if more > 0 else ""
+    return (
+        "<div class='px-scroll' style='max-height:560px'><table class='px-table' data-px-hash-table='1'>"
+        "<tr><th>block</th><th>tokens</th><th>hash (BlockHash digest)</th><th>key (hash + 4-byte group id)</th>"
+        "<th>event hash (low 64 bits)</th><th>extra keys</th></tr>" + "".join(rows) + foot + "</table></div>"
+    )
+
+
+def render() -> None:
+    from explorer.ui.page_explorer import CSS_PATH
+
+    try:
+        st.html(f"<style>{CSS_PATH.read_text(encoding='utf-8')}</style>")
+    except OSError:
+        pass
+    st.title("Hash calculator")
+    st.caption(
+        "vLLM 0.31.0's block hashes for any tokens: hash_block_tokens (vllm/v1/core/kv_cache_utils.py:684-714) chained "
+        "from NONE_HASH (kv_cache_utils.py:104-172), the hash-map key with its group id (kv_cache_utils.py:61-93) and "
+        "the 64-bit form KV events carry (maybe_convert_block_hash, kv_cache_utils.py:96-99). Only full blocks get a hash."
+    )
+    has_tok = _tokenizer_available()
+    c1, c2 = st.columns([3, 2])
+    with c1:
+        kinds = ["Token spec", "Text"] if has_tok else ["Token spec"]
+        kind = st.radio("Input", kinds, horizontal=True, key="px_h_kind")
+        if not has_tok:
+            st.caption("Text needs SmolLM2-135M's tokenizer, whose model file is not installed here: use a token spec.")
+        if kind == "Text":
+            text = st.text_area("Text (SmolLM2-135M tokenizer, no special tokens added)", key="px_h_text",
+                                value=("You are a helpful assistant. Answer the user's questions briefly, cite your sources, "
+                                       "and say so when you do not know the answer. Never make up facts."), height=100, max_chars=200_000)
+            spec = ""
+        else:
+            spec = st.text_input("Token spec (a:b ranges, x*n repeats, comma separated)", key="px_h_spec", value="0:48", max_chars=4_000)
+            text = ""
+    with c2:
+        a, b = st.columns(2)
+        block_size = a.number_input("Block size", min_value=1, max_value=1024, value=16, step=1, key="px_h_bs")
+        group_id = b.number_input("KV cache group id", min_value=0, max_value=2**32 - 1, value=0, step=1, key="px_h_gid")
+        algo = st.selectbox("Hash algorithm", HASH_ALGOS, key="px_h_algo")
+        typed_seed = st.text_input("Seed (PYTHONHASHSEED; empty = vLLM's default)", key="px_h_seed", max_chars=256).strip()
+    with st.expander("Extra keys: LoRA, cache_salt, images"):
+        a, b, c = st.columns(3)
+        lora_name = a.text_input("LoRA name", key="px_h_lora", max_chars=64).strip()
+        lora_path = b.text_input("LoRA path (default loras/<name>)", key="px_h_lora_path", max_chars=256).strip()
+        salt = c.text_input("cache_salt", key="px_h_salt", max_chars=128)
+        mm_text = st.text_input("Images as ID:OFFSET:LENGTH, comma separated", key="px_h_mm", placeholder="img-1:5:32", max_chars=2_000)
+    compare = st.checkbox("Compare all four algorithms", key="px_h_compare")
+
+    try:
+        tokens = _tokens(kind, text, spec)
+        lora = None
+        if lora_name:
+            from explorer.core.request import LoRARequest
+
+            lora = LoRARequest(lora_name, 1, lora_path or f"loras/{lora_name}")
+        mm = parse_mm(mm_text, len(tokens)) if mm_text.strip() else []
+        seed = _seed(algo, typed_seed)
+        result = block_hash_table(tokens, int(block_size), algo, seed, lora, salt or None, mm, int(group_id))
+    except BadInput as e:
+        st.error(str(e))
+        return
+
+    full = len(result["blocks"])
+    tail = len(tokens) % int(block_size)
+    drawn = not typed_seed and algo in NON_CRYPTO_HASH_ALGOS
+    st.markdown(
+        f"**{len(tokens):,} tokens** → **{full:,} full blocks** of {int(block_size)}"
+        + (f" and a partial tail of {tail} tokens (no hash)." if tail else ".")
+    )
+    seed_note = " (drawn once for this browser session, as vLLM draws one per process for xxhash without PYTHONHASHSEED)" if drawn else ""
+    st.html(
+        f"<div class='px-refs' data-px-none-hash='{result['none_hash']}'>algo {escape(result['algo'])} · seed "
+        f"{escape(json.dumps(result['hash_seed']))}{seed_note}<br>NONE_HASH = {algo}(seed) = {result['none_hash']}</div>"
+    )
+    if drawn:
+        if st.button("Draw a new seed", key="px_h_newseed"):
+            st.session_state.pop(K_SEED, None)
+            st.rerun()
+    if full:
+        st.html(_table_html(result))
+    else:
+        st.info("No full block: nothing is hashed.")
+    st.download_button("Download as JSON (the `hash` command's output)", data=json.dumps(result, indent=1),
+                       file_name="block_hashes.json", mime="application/json", key="px_h_dl", on_click="ignore")
+
+    if compare and full:
+        rows = []
+        per_algo = {}
+        for al in HASH_ALGOS:
+            s = typed_seed or (st.session_state.get(K_SEED) if al in NON_CRYPTO_HASH_ALGOS else None)
+            if al in NON_CRYPTO_HASH_ALGOS and not s:
+                s = _seed(al, "")
+            per_algo[al] = block_hash_table(tokens, int(block_size), al, s, lora, salt or None, mm, int(group_id))
+        for i in range(min(full, 64)):
+            cells = "".join(f"<td><code>{per_algo[al]['blocks'][i]['hash'][:16]}&hellip;</code><br><small>{per_algo[al]['blocks'][i]['external']}</small></td>" for al in HASH_ALGOS)
+            rows.append(f"<tr><td>{i}</td>{cells}</tr>")
+        head = "".join(f"<th>{al}<br><small>NONE_HASH {per_algo[al]['none_hash'][:12]}&hellip;</small></th>" for al in HASH_ALGOS)
+        st.html(f"<div class='px-scroll'><table class='px-table' data-px-compare='1'><tr><th>block</th>{head}</tr>{''.join(rows)}</table></div>")
+        st.caption("sha256 and xxhash pickle the tuple (Python only); the _cbor variants hash canonical CBOR, which other languages can reproduce. "
+                   "xxhash digests are 16 bytes, sha256 32.")
