@@ -36,6 +36,7 @@ topic of its own (or a subscriber of its own) when they share a rank.
 from __future__ import annotations
 
 import functools
+import heapq
 import json
 import sys
 import time
@@ -337,20 +338,34 @@ class CacheInstance:
         return sum(self.hashes.values())
 
     def prefixes(self, limit: int = 50) -> list[list[Any]]:
-        """Cached prefixes as hash chains (root first), one per leaf, longest first."""
-        children = {p for p in self.parents.values() if p is not None and p in self.hashes}
-        leaves = [h for h in self.hashes if h not in children]
+        """Cached prefixes as hash chains (root first), one per leaf, longest first.
+
+        A chain follows parent links while the parent is still held, so a prefix whose first
+        blocks were evicted starts at its first block still held.
+        """
+        held, parents = self.hashes, self.parents
+        depth: dict[Any, int] = {}
+        for start in held:
+            path, h = [], start
+            while h is not None and h in held and h not in depth:
+                depth[h] = 0  # on the path (guards against a parent cycle)
+                path.append(h)
+                h = parents.get(h)
+            d = depth.get(h, 0) if h is not None and h in held else 0
+            for x in reversed(path):
+                d += 1
+                depth[x] = d
+        children = {p for p in parents.values() if p is not None and p in held}
+        leaves = heapq.nlargest(limit, (h for h in held if h not in children), key=depth.__getitem__)
         chains = []
         for leaf in leaves:
-            chain, h, seen = [], leaf, set()
-            while h is not None and h in self.hashes and h not in seen:
-                seen.add(h)
+            chain, h = [], leaf
+            while h is not None and h in held and len(chain) < depth[leaf]:
                 chain.append(h)
-                h = self.parents.get(h)
+                h = parents.get(h)
             chain.reverse()
             chains.append(chain)
-        chains.sort(key=len, reverse=True)
-        return chains[:limit]
+        return chains
 
     def counters(self) -> dict[str, int]:
         return {
@@ -1143,8 +1158,8 @@ def cmd_publish(args) -> int:
         result = {
             "batches": pub.published,
             "events": sum(len(b) for b in batches),
-            "endpoint": pub.endpoint,
-            "replay_endpoint": pub.replay_endpoint,
+            "endpoint": pub.last_endpoint("pub") or pub.endpoint,  # the bound one, for port 0
+            "replay_endpoint": pub.last_endpoint("replay") or pub.replay_endpoint,
             "replay_requests": pub.replay_requests,
         }
     finally:

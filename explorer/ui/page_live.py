@@ -23,6 +23,7 @@ immutable snapshot under a lock, and stops by itself when the page has not been 
 
 from __future__ import annotations
 
+import heapq
 import ipaddress
 import os
 import sys
@@ -198,7 +199,7 @@ class EndpointSnap:
 
 def _instance_snap(inst) -> InstanceSnap:
     hashes = inst.hashes
-    top = sorted(hashes.items(), key=lambda kv: -kv[1])[:MAX_HASH_ROWS]
+    top = heapq.nlargest(MAX_HASH_ROWS, hashes.items(), key=lambda kv: kv[1])
     chains = inst.prefixes(MAX_PREFIX_ROWS)
     blocks = sum(hashes.values())
     return InstanceSnap(
@@ -314,6 +315,7 @@ class LiveSession:
             self._publish(eps)
             live = [e for e in eps if e.sub is not None]
             last_snap = 0.0
+            changed = False
             while not self._stop.is_set():
                 if time.monotonic() - self._seen > IDLE_STOP_S:
                     self.stopped_reason = f"stopped: the page was not open for {IDLE_STOP_S:.0f} s"
@@ -323,7 +325,9 @@ class LiveSession:
                 else:
                     wait = 0.05 if len(live) == 1 else 0.01
                     for e in live:
-                        for a in e.sub.poll(wait):
+                        applied = e.sub.poll(wait)
+                        changed = changed or bool(applied)
+                        for a in applied:
                             e.recent.appendleft({
                                 "seq": a.seq,
                                 "instance": f"{a.instance[0] or '(no topic)'} / dp {a.instance[1]}",
@@ -333,9 +337,10 @@ class LiveSession:
                                 "ts": a.batch.ts,
                             })
                 now = time.monotonic()
-                if now - last_snap >= SNAPSHOT_EVERY_S:
+                if now - last_snap >= (SNAPSHOT_EVERY_S if changed else 1.0):
                     self._publish(eps)
                     last_snap = now
+                    changed = False
         except Exception as e:  # a bug must not leave sockets open; show it instead
             self.stopped_reason = f"stopped by an error: {type(e).__name__}: {e}"
         finally:

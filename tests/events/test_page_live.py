@@ -81,7 +81,7 @@ def test_allow_list_from_env_or_flag():
     specs = parse_endpoints("tcp://10.1.2.3:5557 tcp://10.1.2.3:5558\n# comment\ntcp://*:6000", allow)
     assert [(s.endpoint, s.replay_endpoint) for s in specs] == [
         ("tcp://10.1.2.3:5557", "tcp://10.1.2.3:5558"), ("tcp://*:6000", None)]
-    for ok in ("tcp://localhost:1", "tcp://127.0.0.2:1", "tcp://[::1]:1", "ipc:///tmp/kv"):
+    for ok in ("tcp://localhost:1", "tcp://127.0.0.2:1", "tcp://[::1]:1", "ipc:///run/kv.sock"):
         parse_endpoints(ok, frozenset())
     with pytest.raises(BadInput, match="twice"):
         parse_endpoints("tcp://127.0.0.1:1\ntcp://127.0.0.1:1", frozenset())
