@@ -15,9 +15,13 @@ from explorer.errors import BadInput
 from explorer.prefill.validate import check_model_available, check_settings, resolve_device
 
 
-def run_measurement(model: str, device: str, prompt: int, hit: int, **kwargs):
+def run_measurement(model: str, device: str, prompt: int, hit: int, load=None, **kwargs):
     """Check the settings, build the model and measure: the CLI's and the UI's common path.
-    Raises BadInput for anything the user can fix, out-of-memory included."""
+
+    ``load(cfg, device, dtype)`` builds the model (default: weights.load_model; the UI passes
+    its cached loader); ``kwargs`` go to measure_prefill. Raises BadInput for anything the user
+    can fix, running out of memory included.
+    """
     cfg = check_settings(model, device, prompt, hit)
     resolved = resolve_device(device, cfg)
     check_model_available(cfg)
@@ -25,12 +29,12 @@ def run_measurement(model: str, device: str, prompt: int, hit: int, **kwargs):
     import torch
 
     from explorer.prefill.measure import default_dtype, measure_prefill, pool_blocks_needed
-    from explorer.prefill.weights import load_model
 
+    if load is None:
+        from explorer.prefill.weights import load_model as load
     dtype = default_dtype(resolved)
     try:
-        m = load_model(cfg, resolved, dtype)
-        return measure_prefill(m, prompt, hit, **kwargs)
+        return measure_prefill(load(cfg, resolved, dtype), prompt, hit, **kwargs)
     except (torch.cuda.OutOfMemoryError, MemoryError) as e:
         raise BadInput(_oom_message(cfg, resolved, dtype, prompt, pool_blocks_needed(prompt, 4), e)) from None
     except RuntimeError as e:  # the CPU allocator reports exhaustion as a RuntimeError

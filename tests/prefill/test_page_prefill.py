@@ -1,0 +1,71 @@
+"""The "What a hit saves" page, driven by AppTest on the tiny model."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+
+def _app() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    from explorer.ui import page_prefill
+
+    page_prefill.render()
+
+
+def _page() -> AppTest:
+    at = AppTest.from_function(_app, default_timeout=120)
+    return at.run()
+
+
+def test_estimate_shows_without_measuring():
+    at = _page()
+    assert not at.exception
+    text = " ".join(m.value for m in at.markdown)
+    assert "What a hit saves" in " ".join(t.value for t in at.title)
+    assert "FLOPs" in text and "walkthrough" in text
+    assert any("32.5 us" in str(t.value) for t in at.table)
+
+
+def test_measure_tiny_then_sweep():
+    pytest.importorskip("torch")
+    at = _page()
+    at.selectbox(key="pf_model").select("tiny")
+    at.selectbox(key="pf_device").select("cpu")
+    at.number_input(key="pf_prompt").set_value(100)
+    at.number_input(key="pf_hit").set_value(64)
+    at.number_input(key="pf_repeats").set_value(1)
+    at.button(key="pf_go").click()
+    at.run()
+    assert not at.exception and not at.error
+    success = " ".join(s.value for s in at.success)
+    assert "tiny" in success and "cpu" in success and "float32" in success and "random" in success
+    labels = [m.label for m in at.metric]
+    assert "Full prefill" in labels and "Cached prefill" in labels and "Saved" in labels
+    assert "match" in " ".join(m.value for m in at.markdown)
+
+    at.multiselect(key="pf_sweep_prompts").set_value([100, 256])
+    at.number_input(key="pf_sweep_points").set_value(3)
+    at.button(key="pf_sweep_go").click()
+    at.run()
+    assert not at.exception and not at.error
+    charts = at.get("plotly_chart")
+    assert len(charts) == 1
+    import json
+
+    fig = json.loads(charts[0].proto.spec)
+    names = [t["name"] for t in fig["data"]]
+    assert "100 tokens: measured, cached" in names and "256 tokens: FLOP estimate" in names
+
+
+def test_bad_hit_is_an_error_not_a_traceback():
+    at = _page()
+    at.number_input(key="pf_prompt").set_value(100)
+    at.number_input(key="pf_hit").set_value(40)
+    at.run()
+    assert not at.exception
+    assert "multiple of the block size" in at.error[0].value
