@@ -27,8 +27,10 @@ Three layers, so that other pages can reuse the decoding without sockets:
 - `KVEventPublisher`: the publisher side, single-threaded: `publish` sends and buffers a batch,
   `serve` answers replay requests.
 
-pyzmq is imported only inside the socket classes; msgspec only by the codec in
-explorer.core.events. An "instance" is one publisher's stream, told apart by (topic,
+pyzmq is imported only inside the socket classes, msgspec only on the first encode or decode,
+so importing this module costs neither. The decoder is typed by the wire schema: a payload is
+malformed exactly when vLLM's own ``msgspec.msgpack.Decoder(type=KVEventBatch)`` rejects it
+(the interop tests check this on a corpus of mutated payloads). An "instance" is one publisher's stream, told apart by (topic,
 data_parallel_rank) in case several publishers connect to one bound subscriber; give each a
 topic of its own (or a subscriber of its own) when they share a rank.
 """
@@ -57,7 +59,6 @@ from explorer.core.events import (
 from explorer.errors import BadInput
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
-END_SEQ_UNSIGNED = int.from_bytes(END_SEQ, "big")
 
 # vLLM's KVEventsConfig defaults.
 DEFAULT_BUFFER_STEPS = 10_000
