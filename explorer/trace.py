@@ -122,7 +122,7 @@ class Step:
     op: Op
     ok: bool
     events: tuple[KVCacheEvent, ...]
-    snapshot: Snapshot
+    snapshot: Snapshot | None  # None in a lean replay (record=False), unless the step has `expect`
     hit_tokens: int | None = None  # admit only
     new_block_ids: tuple[int, ...] | None = None  # admit, decode, generate
     hashed: tuple[HashedBlock, ...] = ()  # block hashes the request learned this step
@@ -158,10 +158,16 @@ class Trace:
     initial: Snapshot
     steps: tuple[Step, ...]
     reset_ok: tuple[bool, ...]
+    # The state after the last step; a lean replay (record=False) keeps only this one.
+    final_snapshot: Snapshot | None = None
 
     @property
     def final(self) -> Snapshot:
-        return self.steps[-1].snapshot if self.steps else self.initial
+        if self.final_snapshot is not None:
+            return self.final_snapshot
+        snap = self.steps[-1].snapshot if self.steps else self.initial
+        assert snap is not None
+        return snap
 
     @property
     def expect_failures(self) -> list[str]:
@@ -169,7 +175,10 @@ class Trace:
 
     def snapshot_at(self, k: int) -> Snapshot:
         """The state after k steps (k = 0: before the first)."""
-        return self.initial if k == 0 else self.steps[k - 1].snapshot
+        snap = self.initial if k == 0 else self.steps[k - 1].snapshot
+        if snap is None:
+            raise ValueError("a lean replay (record=False) keeps no per-step snapshots")
+        return snap
 
     def to_json(self) -> dict[str, Any]:
         """The replay JSON of design section 5."""
@@ -208,10 +217,16 @@ class StepError(BadInput):
 
 
 class ScenarioEngine:
-    """A KV cache manager plus the requests of a scenario, driven op by op."""
+    """A KV cache manager plus the requests of a scenario, driven op by op.
 
-    def __init__(self, scenario: Scenario, hash_seed: str | None = None) -> None:
+    ``record=False`` makes a lean engine: no snapshot after each step and none of the panel
+    records (lookup probes, admission sums, touched / evicted / cached / freed blocks, hashed
+    blocks), only what the replay JSON needs. The manager calls are the same.
+    """
+
+    def __init__(self, scenario: Scenario, hash_seed: str | None = None, record: bool = True) -> None:
         self.scenario = scenario
+        self.record = record
         cfg = scenario.engine
         self.ctx: HashContext | None = None
         self.hasher: Callable[[Request], list[BlockHash]] | None = None
@@ -272,6 +287,8 @@ class ScenarioEngine:
                   rec: dict | None = None) -> KVCacheBlocks | None:
         """allocate_slots, recording the admission sum and the pool changes it made."""
         mgr, pool = self.manager, self.pool
+        if rec is None:
+            return mgr.allocate_slots(req, num_new, hit, hit_blocks)
         single = mgr.single_type_managers[0]
         hits = hit_blocks.blocks[0] if hit_blocks is not None else []
         computed = req.num_computed_tokens + hit
@@ -286,8 +303,6 @@ class ScenarioEngine:
         cached_before = single.num_cached_block.get(req.request_id, len(hits))
         free_before = pool.get_num_free_blocks()
         result = mgr.allocate_slots(req, num_new, hit, hit_blocks)
-        if rec is None:
-            return result
         rec["admissions"].append(Admission(num_new, computed, slots, required - free_hits, free_hits, free_before, result is not None))
         if result is None:
             return None
@@ -310,25 +325,34 @@ class ScenarioEngine:
             rec["cached"].append(CachedBlock(blk.block_id, i, bytes(key[:-4]), dup))
         return result
 
-    def _free(self, req: Request, rec: dict) -> None:
-        table = list(self.manager.single_type_managers[0].req_to_blocks.get(req.request_id, []))
-        self.manager.free(req)
-        for blk in reversed(table):
-            to = "held" if blk.ref_cnt > 0 else ("back" if blk.block_hash is not None and self.manager.enable_caching else "front")
-            rec["freed"].append(Freed(blk.block_id, blk.ref_cnt, to))
+    def _free(self, req: Request, rec: dict | None) -> None:
+        if rec is None:
+            self.manager.free(req)
+        else:
+            table = list(self.manager.single_type_managers[0].req_to_blocks.get(req.request_id, []))
+            self.manager.free(req)
+            self._record_freed(table, rec)
         if req.request_id in self.running_order:
             self.running_order.remove(req.request_id)
 
-    def _preempt(self, req: Request, rec: dict) -> None:
+    def _record_freed(self, table: list, rec: dict) -> None:
+        for blk in reversed(table):
+            to = "held" if blk.ref_cnt > 0 else ("back" if blk.block_hash is not None and self.manager.enable_caching else "front")
+            rec["freed"].append(Freed(blk.block_id, blk.ref_cnt, to))
+
+    def _preempt(self, req: Request, rec: dict | None) -> None:
         self._free(req, rec)
         req.num_computed_tokens = 0
         req.status = RequestStatus.PREEMPTED
         req.num_preemptions += 1
-        rec["preempted"].append(req.request_id)
+        if rec is not None:
+            rec["preempted"].append(req.request_id)
 
     # ---- ops -------------------------------------------------------------------------------
 
     def apply(self, op: Op) -> Step:
+        if not self.record:
+            return self._apply_lean(op)
         rec: dict[str, Any] = {k: [] for k in ("admissions", "touched", "touched_from_free", "evicted", "cached", "freed", "preempted")}
         out: dict[str, Any] = {"ok": True}
         getattr(self, f"_op_{op.op}")(op, rec, out)
@@ -357,16 +381,38 @@ class ScenarioEngine:
         )
         return _with_expectations(step)
 
-    def _op_arrive(self, op: Op, rec: dict, out: dict) -> None:
+    def _apply_lean(self, op: Op) -> Step:
+        """`apply` without the panel records; a snapshot only for a step with `expect`."""
+        out: dict[str, Any] = {"ok": True}
+        getattr(self, f"_op_{op.op}")(op, None, out)
+        events = tuple(self.manager.take_events())
+        stats = self.manager.make_prefix_cache_stats()
+        assert stats is not None
+        self.totals.add(stats)
+        self.window.observe(stats)
+        new_ids = out.get("new_block_ids")
+        step = Step(
+            index=op.index,
+            op=op,
+            ok=out["ok"],
+            events=events,
+            snapshot=self.snapshot() if op.expect else None,
+            hit_tokens=out.get("hit_tokens"),
+            new_block_ids=None if new_ids is None else tuple(new_ids),
+        )
+        return _with_expectations(step) if op.expect else step
+
+    def _op_arrive(self, op: Op, rec: dict | None, out: dict) -> None:
         if op.id in self.requests:
             raise self._fail(op, "id", f"request {op.id!r} is already live (finish it before reusing the id)")
         lora = LoRARequest(op.lora.name, op.lora.id, op.lora.path) if op.lora else None
         mm = [MultiModalFeature(m.id, m.offset, m.length) for m in op.mm]
         req = Request(op.id, op.prompt, self.hasher, lora, op.cache_salt, mm, op.prompt_logprobs)  # type: ignore[arg-type]
         self.requests[req.request_id] = req
-        out["hashed"] = self._hashed_since(req, 0)
+        if rec is not None:
+            out["hashed"] = self._hashed_since(req, 0)
 
-    def _op_admit(self, op: Op, rec: dict, out: dict) -> None:
+    def _op_admit(self, op: Op, rec: dict | None, out: dict) -> None:
         req = self._live(op)
         if req.num_computed_tokens >= req.num_tokens:
             raise self._fail(op, "id", f"request {op.id!r} has nothing left to compute ({req.num_tokens} of {req.num_tokens} tokens computed)")
@@ -374,7 +420,10 @@ class ScenarioEngine:
         hit_blocks: KVCacheBlocks | None = None
         hit = 0
         bs = self.scenario.engine.block_size
-        if fresh:
+        if fresh and rec is None:
+            if self.manager.prefix_cache_lookup_enabled(req):
+                hit_blocks, hit = self.manager.get_computed_blocks(req)
+        elif fresh:
             if not self.manager.prefix_cache_lookup_enabled(req):
                 reason = "prefix caching is off" if not self.manager.enable_caching else "prompt_logprobs: every prompt token must be computed"
                 out["lookup"] = Lookup(req.num_tokens, 0, (), 0, reason)
@@ -406,7 +455,7 @@ class ScenarioEngine:
             raise self._fail(op, "id", f"request {op.id!r} must be running with its prompt fully computed (it is {req.status.value}, {req.num_computed_tokens} of {req.num_prompt_tokens} prompt tokens computed)")
         return req
 
-    def _op_sample(self, op: Op, rec: dict, out: dict) -> None:
+    def _op_sample(self, op: Op, rec: dict | None, out: dict) -> None:
         req = self._need_decodable(op)
         tokens = op.tokens
         assert isinstance(tokens, tuple)
@@ -414,9 +463,10 @@ class ScenarioEngine:
         n_before = len(req.block_hashes)
         for t in tokens:
             req.append_output_token_ids(t)
-        out["hashed"] = self._hashed_since(req, n_before)
+        if rec is not None:
+            out["hashed"] = self._hashed_since(req, n_before)
 
-    def _decode(self, req: Request, rec: dict) -> list[int] | None:
+    def _decode(self, req: Request, rec: dict | None) -> list[int] | None:
         pending = req.num_tokens - req.num_computed_tokens
         result = self._allocate(req, pending, rec=rec)
         if result is None:
@@ -424,7 +474,7 @@ class ScenarioEngine:
         req.num_computed_tokens = req.num_tokens
         return result.get_block_ids()[0]
 
-    def _op_decode(self, op: Op, rec: dict, out: dict) -> None:
+    def _op_decode(self, op: Op, rec: dict | None, out: dict) -> None:
         req = self._need_decodable(op)
         if req.num_tokens == req.num_computed_tokens:
             raise self._fail(op, "id", f"request {op.id!r} has no pending token to decode (sample one first)")
@@ -432,7 +482,7 @@ class ScenarioEngine:
         out["ok"] = new_ids is not None
         out["new_block_ids"] = new_ids or []
 
-    def _op_generate(self, op: Op, rec: dict, out: dict) -> None:
+    def _op_generate(self, op: Op, rec: dict | None, out: dict) -> None:
         req = self._need_decodable(op)
         tokens = op.tokens
         assert isinstance(tokens, tuple)
@@ -448,21 +498,22 @@ class ScenarioEngine:
                 new_ids.extend(got)
             req.append_output_token_ids(t)
         out["new_block_ids"] = new_ids
-        out["hashed"] = self._hashed_since(req, n_before)
+        if rec is not None:
+            out["hashed"] = self._hashed_since(req, n_before)
 
-    def _op_finish(self, op: Op, rec: dict, out: dict) -> None:
+    def _op_finish(self, op: Op, rec: dict | None, out: dict) -> None:
         req = self._live(op)
         self._free(req, rec)
         req.status = RequestStatus.FINISHED
         del self.requests[req.request_id]
 
-    def _op_preempt(self, op: Op, rec: dict, out: dict) -> None:
+    def _op_preempt(self, op: Op, rec: dict | None, out: dict) -> None:
         req = self._live(op)
         if req.status != RequestStatus.RUNNING:
             raise self._fail(op, "id", f"only a running request can be preempted; {op.id!r} is {req.status.value}")
         self._preempt(req, rec)
 
-    def _op_reset(self, op: Op, rec: dict, out: dict) -> None:
+    def _op_reset(self, op: Op, rec: dict | None, out: dict) -> None:
         if op.running:
             # The scheduler pops its running queue from the end (scheduler.py:2794-2804).
             for rid in reversed(list(self.running_order)):
@@ -541,16 +592,19 @@ def _with_expectations(step: Step) -> Step:
     return replace(step, expect_failures=tuple(failures))
 
 
-def replay(scenario: Scenario, hash_seed: str | None = None, upto: int | None = None) -> Trace:
+def replay(scenario: Scenario, hash_seed: str | None = None, upto: int | None = None, record: bool = True) -> Trace:
     """Replay ``scenario`` (its first ``upto`` steps, or all) into a Trace.
 
     ``hash_seed`` replaces the scenario's seed; pass ``trace.hash_seed`` of an earlier replay
-    to reproduce a drawn xxhash seed.
+    to reproduce a drawn xxhash seed. ``record=False`` is a lean replay (tools, benchmarks):
+    steps carry their outcome and events but no snapshot or panel records, and only the final
+    state is kept; ``to_json()`` is the same as a full replay's.
     """
-    engine = ScenarioEngine(scenario, hash_seed)
+    engine = ScenarioEngine(scenario, hash_seed, record=record)
     initial = engine.snapshot()
     ops = scenario.ops if upto is None else scenario.ops[:upto]
     steps = tuple(engine.apply(op) for op in ops)
+    final = None if record else engine.snapshot()
     ctx = engine.ctx
     return Trace(
         scenario=scenario,
@@ -559,4 +613,5 @@ def replay(scenario: Scenario, hash_seed: str | None = None, upto: int | None = 
         initial=initial,
         steps=steps,
         reset_ok=tuple(engine.reset_ok),
+        final_snapshot=final,
     )

@@ -169,6 +169,52 @@ class VllmOracle:
             raise VllmReplayError(f"vLLM raised while replaying: {result['error']}")
         return result
 
+    def replay_many(self, scenarios) -> list[dict]:
+        """Replay many normalized scenarios in one pipelined batch, answers in order.
+
+        Lines are written by a thread while the answers are read, so the driver never waits
+        on a round trip and the caller can work (e.g. replay our side) in between. Each
+        answer is the section-5 JSON or ``{"error": ...}`` (never raised here).
+        """
+        scenarios = list(scenarios)
+        if not scenarios:
+            return []
+        if self._proc is None or self._proc.poll() is not None:
+            if self._proc is not None:
+                raise self._fail(f"exited with code {self._proc.returncode}")
+            self._start()
+        assert self._proc is not None and self._lines is not None
+        proc = self._proc
+        write_error: list[BaseException] = []
+
+        def feed() -> None:
+            try:
+                for sc in scenarios:
+                    proc.stdin.write(json.dumps(sc, separators=(",", ":")) + "\n")
+                proc.stdin.flush()
+            except (OSError, ValueError) as exc:  # the driver died; the reader reports it
+                write_error.append(exc)
+
+        writer = threading.Thread(target=feed, name="vllm-oracle-writer", daemon=True)
+        writer.start()
+        out: list[dict] = []
+        for _ in scenarios:
+            timeout = self.startup_timeout if self._replays == 0 else self.replay_timeout
+            try:
+                answer = self._lines.get(timeout=timeout)
+            except queue.Empty:
+                raise self._fail(f"gave no answer within {timeout:.0f} s") from None
+            if answer is None:
+                proc.wait()
+                raise self._fail(f"exited with code {proc.returncode}")
+            self._replays += 1
+            try:
+                out.append(json.loads(answer))
+            except json.JSONDecodeError:
+                raise self._fail(f"wrote a line that is not JSON: {answer[:200]!r}") from None
+        writer.join()
+        return out
+
 
 # ---- comparison -------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 # vLLM's logger writes to stdout; keep stdout for the protocol alone. The
 # protocol stream is a private duplicate of fd 1, and fd 1 itself (plus
@@ -317,6 +318,10 @@ class Replay:
     # ---- driver ---------------------------------------------------------
 
     def run(self, ops: list[dict]) -> dict:
+        # Events are taken after every op, as the engine does; they are encoded after the
+        # loop, so that a timed replay (see `replay`) measures vLLM's classes alone.
+        taken: list[list] = []
+        start = time.perf_counter()
         for index, op in enumerate(ops):
             name = op["op"]
             handler = getattr(self, f"op_{name}", None)
@@ -331,8 +336,11 @@ class Replay:
                 raise ScenarioError(
                     f"step {index} ({name}): vLLM raised {type(exc).__name__}: {exc}"
                 ) from exc
-            step["events"] = _encode_events(self.mgr.take_events())
+            taken.append(self.mgr.take_events())
             self.steps.append(step)
+        self.replay_seconds = time.perf_counter() - start
+        for step, events in zip(self.steps, taken):
+            step["events"] = _encode_events(events)
         return {"steps": self.steps, "final": self.final()}
 
     def final(self) -> dict:
@@ -386,7 +394,19 @@ class Replay:
 
 
 def replay(scenario: dict) -> dict:
-    return Replay(scenario).run(scenario["ops"])
+    """The replay JSON; with ``"timing": {"repeat": N}`` in the input (the `bench` command),
+    the scenario is replayed N times and ``"timing": {"replay_s": [...]}`` is added: the
+    seconds of each op loop (engine construction, event encoding and the JSON excluded)."""
+    timing = scenario.get("timing")
+    if not timing:
+        return Replay(scenario).run(scenario["ops"])
+    seconds = []
+    for _ in range(max(1, int(timing.get("repeat", 1)))):
+        rep = Replay(scenario)
+        result = rep.run(scenario["ops"])
+        seconds.append(rep.replay_seconds)
+    result["timing"] = {"replay_s": seconds}
+    return result
 
 
 def main() -> int:

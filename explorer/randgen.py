@@ -1,0 +1,424 @@
+"""Random valid scenarios (design section 3), for conformance checks, `bench` and practice.
+
+``random_scenario(seed, num_ops)`` returns the raw, TOML-shaped dict of a scenario
+(``{"title", "engine", "steps"}``) whose every step is valid in the state the steps before it
+leave: the generator replays its own steps as it goes (a lean `ScenarioEngine`) and draws each
+op from what is possible now, so the engine never raises `BadInput` on its output. Failed
+allocations, refused resets and evictions are valid outcomes and happen on purpose: small
+pools, shared system prompts, repeated and extended prompts, chunked prefill, preemption,
+resets under load, reused request ids, LoRA, images, cache salts and prompt logprobs.
+
+The same seed gives the same dict. No ``expect`` is written: a comparison with another engine
+is the check. No Streamlit, no module-level mutable state.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from explorer.core.request import RequestStatus
+from explorer.scenario import CLI_LIMITS, Scenario, _Ctx, _LoraRegistry, _step, parse_scenario_dict
+
+__all__ = ["Profile", "PROFILES", "random_scenario", "scenario_tokens"]
+
+DEFAULT_MAX_MODEL_LEN = 1048576
+_LORA_NAMES = ("sql", "chat", "math")
+_SALTS = ("s1", "s2", "tenant-a", "")  # an empty salt adds no key, in vLLM as here
+_EXPLICIT_SEEDS = ("0", "1", "42", "abc", "vllm-none-hash", "prefix-cache")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Knobs of a generator run. Lengths are in blocks unless named tokens."""
+
+    name: str
+    max_live: int = 6  # live (not finished) requests at most
+    system_prompts: tuple[int, int] = (2, 4)  # how many shared system prompts
+    system_blocks: tuple[int, int] = (1, 4)  # length of one, in blocks
+    suffix_blocks: tuple[int, int] = (0, 3)  # fresh tokens after a shared prefix
+    fresh_blocks: tuple[int, int] = (0, 6)  # a prompt sharing nothing
+    gen_tokens: tuple[int, int] = (1, 24)  # tokens per sample / generate op
+    # op weights
+    w_arrive: float = 3.0
+    w_admit: float = 4.0
+    w_continue: float = 3.0
+    w_output: float = 3.0
+    w_finish: float = 2.0
+    w_preempt: float = 0.7
+    w_reset: float = 0.35
+    p_chunk: float = 0.35  # an admit names `tokens`
+    p_reuse_id: float = 0.4  # a new arrival takes the id of a finished request
+    # request features
+    p_lora: float = 0.25
+    p_salt: float = 0.15
+    p_mm: float = 0.25
+    p_logprobs: float = 0.08
+    p_spec_string: float = 0.4  # a prompt written as a token spec, not an int array
+    # engine: None = drawn per seed; else these settings
+    engine: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+PROFILES: dict[str, Profile] = {
+    # Every feature, small pools, all four hash algorithms, all engine switches.
+    "mixed": Profile("mixed"),
+    # One long run for `python -m explorer bench`: a serving-like mix with shared system
+    # prompts, long prompts, decoding and steady eviction pressure.
+    "bench": Profile(
+        "bench",
+        max_live=12,
+        system_prompts=(6, 6),
+        system_blocks=(8, 40),
+        suffix_blocks=(1, 12),
+        fresh_blocks=(4, 30),
+        gen_tokens=(8, 64),
+        w_arrive=3.0,
+        w_admit=4.0,
+        w_continue=2.0,
+        w_output=5.0,
+        w_finish=2.5,
+        w_preempt=0.2,
+        w_reset=0.02,
+        p_chunk=0.15,
+        p_reuse_id=0.3,
+        p_lora=0.1,
+        p_salt=0.05,
+        p_mm=0.1,
+        p_logprobs=0.02,
+        p_spec_string=0.0,
+        engine={
+            "block_size": 16,
+            "num_blocks": 320,
+            "max_model_len": DEFAULT_MAX_MODEL_LEN,
+            "hash_algo": "sha256",
+            "hash_seed": "",
+            "enable_prefix_caching": True,
+            "events": True,
+            "int_block_hashes": True,
+        },
+    ),
+}
+
+
+# ---- engine settings --------------------------------------------------------------------------
+
+
+def _draw_engine(rng: random.Random) -> dict[str, Any]:
+    bs = rng.choices([1, 2, 3, 4, 8, 16], weights=[2, 3, 1, 3, 2, 4])[0]
+    pressure = rng.choices(["tight", "medium", "loose"], weights=[3, 4, 2])[0]
+    num_blocks = {"tight": rng.randint(3, 12), "medium": rng.randint(13, 40), "loose": rng.randint(41, 200)}[pressure]
+    algo = rng.choice(["sha256", "sha256_cbor", "xxhash", "xxhash_cbor"])
+    explicit = rng.random() < (0.5 if algo.startswith("xxhash") else 0.3)
+    eng: dict[str, Any] = {
+        "block_size": bs,
+        "num_blocks": num_blocks,
+        "hash_algo": algo,
+        "hash_seed": rng.choice(_EXPLICIT_SEEDS) if explicit else "",
+        "enable_prefix_caching": rng.random() < 0.85,
+        "events": rng.random() < 0.75,
+        "int_block_hashes": rng.random() < 0.5,
+    }
+    if rng.random() < 0.2:
+        eng["max_model_len"] = bs * rng.randint(5, 14) + rng.randint(0, bs - 1)
+    # Leave some keys out, so the defaults are exercised too.
+    defaults = {"block_size": 16, "hash_algo": "sha256", "hash_seed": "", "enable_prefix_caching": True,
+                "events": True, "int_block_hashes": True}
+    for k, v in defaults.items():
+        if eng.get(k) == v and rng.random() < 0.5:
+            del eng[k]
+    return eng
+
+
+# ---- prompts ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Prompt:
+    """A prompt with its extra-key inputs, kept so later prompts can share its prefix."""
+
+    tokens: list[int]
+    lora: str | None = None
+    salt: str | None = None
+    mm: list[tuple[str, int, int]] = field(default_factory=list)  # (id, offset, length)
+
+
+def _spec_string(tokens: list[int]) -> str:
+    """The token list as a token spec: ascending runs as a:b, repeats as x*n."""
+    parts: list[str] = []
+    i, n = 0, len(tokens)
+    while i < n:
+        j = i
+        while j + 1 < n and tokens[j + 1] == tokens[j] + 1:
+            j += 1
+        if j - i >= 2:
+            parts.append(f"{tokens[i]}:{tokens[j] + 1}")
+            i = j + 1
+            continue
+        j = i
+        while j + 1 < n and tokens[j + 1] == tokens[i]:
+            j += 1
+        if j - i >= 2:
+            parts.append(f"{tokens[i]}*{j - i + 1}")
+        else:
+            parts.extend(str(t) for t in tokens[i : j + 1])
+        i = j + 1
+    return ", ".join(parts)
+
+
+class _Gen:
+    def __init__(self, seed: int, profile: Profile, engine: dict[str, Any]) -> None:
+        self.rng = random.Random(seed)
+        self.p = profile
+        self.engine_raw = engine
+        self.bs = engine.get("block_size", 16)
+        self.max_len = engine.get("max_model_len", DEFAULT_MAX_MODEL_LEN)
+        rng = self.rng
+        # One path per LoRA name in a scenario: the default or an explicit one.
+        self.lora_paths: dict[str, str | None] = {
+            n: (None if rng.random() < 0.5 else f"adapters/{n}-v{rng.randint(1, 3)}") for n in _LORA_NAMES
+        }
+        self.next_token = rng.randint(0, 1000)
+        self.images = 0
+        self.history: list[_Prompt] = []
+        self.systems = [self._fresh_prompt(rng.randint(*profile.system_blocks), with_features=rng.random() < 0.3)
+                        for _ in range(rng.randint(*profile.system_prompts))]
+
+    # ---- tokens --------------------------------------------------------------------------
+
+    def _tokens(self, n: int) -> list[int]:
+        """n fresh tokens: an ascending run, a repeat, or random ids."""
+        rng = self.rng
+        out: list[int] = []
+        while len(out) < n:
+            k = min(n - len(out), rng.randint(1, 3 * self.bs + 2))
+            kind = rng.random()
+            if kind < 0.4:
+                start = self.next_token
+                self.next_token += k
+                out.extend(range(start, start + k))
+            elif kind < 0.55:
+                out.extend([rng.randint(0, 99)] * k)
+            elif kind < 0.62:  # large ids: other pickle / CBOR integer encodings
+                out.extend(rng.randint(1 << 16, (1 << 31) - 1) for _ in range(k))
+            else:
+                out.extend(rng.randint(0, 50_000) for _ in range(k))
+        return out
+
+    def _length(self, blocks: tuple[int, int]) -> int:
+        return self.rng.randint(*blocks) * self.bs + self.rng.randint(0, self.bs - 1)
+
+    def _draw_mm(self, lo: int, hi: int) -> list[tuple[str, int, int]]:
+        """0-3 non-overlapping images inside [lo, hi)."""
+        rng = self.rng
+        if hi - lo < 2 or rng.random() >= self.p.p_mm:
+            return []
+        k = min(rng.randint(1, 3), (hi - lo) // 2)
+        cuts = sorted(rng.sample(range(lo, hi + 1), 2 * k))
+        out = []
+        for i in range(k):
+            # Identifiers repeat across prompts: the same image at another place.
+            self.images += 1
+            ident = f"img-{rng.randint(1, 4)}" if rng.random() < 0.6 else f"img-{self.images + 100}"
+            if any(m[0] == ident for m in out):
+                ident = f"{ident}-{i}"
+            out.append((ident, cuts[2 * i], cuts[2 * i + 1] - cuts[2 * i]))
+        return out
+
+    def _features(self, prompt: _Prompt, lo: int) -> None:
+        rng = self.rng
+        if rng.random() < self.p.p_lora:
+            prompt.lora = rng.choice(_LORA_NAMES)
+        if rng.random() < self.p.p_salt:
+            prompt.salt = rng.choice(_SALTS)
+        prompt.mm.extend(self._draw_mm(lo, len(prompt.tokens)))
+
+    def _fresh_prompt(self, blocks: int, with_features: bool = True) -> _Prompt:
+        n = max(1, blocks * self.bs + self.rng.randint(0, self.bs - 1))
+        prompt = _Prompt(self._tokens(min(n, self.max_len)))
+        if with_features:
+            self._features(prompt, 0)
+        return prompt
+
+    def _extend(self, base: _Prompt, cut: int, suffix: int) -> _Prompt:
+        """base's first ``cut`` tokens (and the images inside them) + ``suffix`` fresh ones."""
+        rng = self.rng
+        cut = min(cut, len(base.tokens), self.max_len)
+        suffix = min(suffix, self.max_len - cut)
+        if cut + suffix == 0:
+            suffix = 1
+        p = _Prompt(base.tokens[:cut] + self._tokens(suffix))
+        if rng.random() < 0.85:  # same adapter and salt, so the prefix can hit
+            p.lora, p.salt = base.lora, base.salt
+        else:
+            self._features(p, len(p.tokens))
+        p.mm = [m for m in base.mm if m[1] + m[2] <= cut]
+        p.mm.extend(self._draw_mm(cut, len(p.tokens)))
+        return p
+
+    def new_prompt(self) -> _Prompt:
+        rng, p = self.rng, self.p
+        kind = rng.random()
+        if kind < 0.35 and self.systems:
+            base = rng.choice(self.systems)
+            prompt = self._extend(base, len(base.tokens), self._length(p.suffix_blocks))
+        elif kind < 0.5 and self.history:
+            prompt = self._extend(rng.choice(self.history), 10**9, 0)  # the same prompt again
+        elif kind < 0.7 and self.history:
+            base = rng.choice(self.history)
+            cut = rng.choice([rng.randint(0, len(base.tokens)), (len(base.tokens) // self.bs) * self.bs])
+            prompt = self._extend(base, cut, self._length(p.suffix_blocks))
+        else:
+            prompt = self._fresh_prompt(rng.randint(*p.fresh_blocks))
+        self.history.append(prompt)
+        if len(self.history) > 24:
+            self.history.pop(0)
+        return prompt
+
+    def arrive_step(self, rid: str) -> dict[str, Any]:
+        rng = self.rng
+        prompt = self.new_prompt()
+        step: dict[str, Any] = {"op": "arrive", "id": rid}
+        step["prompt"] = _spec_string(prompt.tokens) if rng.random() < self.p.p_spec_string else list(prompt.tokens)
+        if prompt.lora is not None:
+            step["lora"] = prompt.lora
+            path = self.lora_paths[prompt.lora]
+            if path is not None:
+                step["lora_path"] = path
+        if prompt.salt is not None:
+            step["cache_salt"] = prompt.salt
+        if prompt.mm:
+            items = [{"id": i, "offset": o, "length": n} for i, o, n in prompt.mm]
+            if rng.random() < 0.3:
+                rng.shuffle(items)  # the parser sorts them by offset
+            step["mm"] = items
+        if rng.random() < self.p.p_logprobs:
+            step["prompt_logprobs"] = True
+        return step
+
+    def output_tokens(self, room: int) -> list[int] | str:
+        n = min(room, self.rng.randint(*self.p.gen_tokens))
+        toks = self._tokens(n)
+        return _spec_string(toks) if self.rng.random() < self.p.p_spec_string else toks
+
+
+# ---- the generator ----------------------------------------------------------------------------
+
+
+def random_scenario(
+    seed: int,
+    num_ops: int,
+    *,
+    profile: str | Profile = "mixed",
+    engine: dict[str, Any] | None = None,
+    title: str | None = None,
+) -> dict[str, Any]:
+    """A random scenario of ``num_ops`` valid steps, as a raw TOML-shaped dict.
+
+    ``profile`` picks the mix (`PROFILES`: "mixed" draws engine settings per seed, "bench" is
+    one long serving-like run). ``engine`` overrides engine keys.
+    """
+    from explorer.trace import ScenarioEngine
+
+    prof = PROFILES[profile] if isinstance(profile, str) else profile
+    rng = random.Random(f"{prof.name}:{seed}:engine")
+    eng = dict(prof.engine) if prof.engine is not None else _draw_engine(rng)
+    if engine:
+        eng.update(engine)
+    gen = _Gen(seed, prof, eng)
+    rng = gen.rng
+    title = title or f"random {prof.name} scenario (seed {seed}, {num_ops} ops)"
+
+    base = parse_scenario_dict({"title": title, "engine": eng, "steps": []}, "<random>")
+    cfg = base.engine
+    # The generator's own replay: hits decide how much is left to compute, so it must be the
+    # real engine. A drawn xxhash seed is pinned: hits do not depend on the seed.
+    seed_override = None
+    if cfg.enable_prefix_caching and not cfg.hash_seed and cfg.hash_algo.startswith("xxhash"):
+        seed_override = "0"
+    sim = ScenarioEngine(base, seed_override, record=False)
+    ctx, loras = _Ctx("<random>"), _LoraRegistry()
+
+    steps: list[dict[str, Any]] = []
+    ids_ever: list[str] = []
+    finished: list[str] = []
+    counter = 0
+
+    def new_id() -> str:
+        nonlocal counter
+        if finished and rng.random() < prof.p_reuse_id:
+            rid = rng.choice(finished)
+            finished.remove(rid)
+            return rid
+        counter += 1
+        rid = chr(ord("A") + counter - 1) if counter <= 26 else f"r{counter}"
+        ids_ever.append(rid)
+        return rid
+
+    for index in range(num_ops):
+        reqs = sim.requests
+        waiting = [r for r in reqs.values() if r.num_computed_tokens == 0]
+        running = [r for r in reqs.values() if r.status == RequestStatus.RUNNING]
+        partial = [r for r in running if r.num_computed_tokens < r.num_tokens]
+        prefilling = [r for r in partial if r.num_computed_tokens < r.num_prompt_tokens]
+        decodable = [r for r in running if r.num_computed_tokens >= r.num_prompt_tokens]
+        choices: list[tuple[str, float]] = [
+            ("arrive", prof.w_arrive if len(reqs) < prof.max_live else 0.0),
+            ("admit", prof.w_admit if waiting else 0.0),
+            ("continue", (prof.w_continue if prefilling else 0.0) + (0.3 if partial and not prefilling else 0.0)),
+            ("output", prof.w_output if decodable else 0.0),
+            ("finish", prof.w_finish if reqs else 0.0),
+            ("preempt", prof.w_preempt if running else 0.0),
+            ("reset", prof.w_reset),
+        ]
+        if not reqs:
+            choices[0] = ("arrive", 1.0)
+        kind = rng.choices([c for c, _ in choices], weights=[w for _, w in choices])[0]
+        step: dict[str, Any]
+        if kind == "arrive":
+            step = gen.arrive_step(new_id())
+        elif kind in ("admit", "continue"):
+            req = rng.choice(waiting if kind == "admit" else (prefilling or partial))
+            step = {"op": "admit", "id": req.request_id}
+            left = req.num_tokens - req.num_computed_tokens
+            if rng.random() < prof.p_chunk:
+                step["tokens"] = rng.choice([rng.randint(1, left), gen.bs * rng.randint(1, 3), left + rng.randint(0, 5)])
+        elif kind == "output":
+            req = rng.choice(decodable)
+            room = cfg.max_model_len - req.num_tokens
+            pending = req.num_tokens - req.num_computed_tokens
+            options = (["sample", "generate", "generate"] if room > 0 else []) + (["decode", "decode"] if pending else [])
+            if not options:  # at max_model_len with nothing pending: only finishing is left
+                step = {"op": "finish", "id": req.request_id}
+            else:
+                op = rng.choice(options)
+                step = {"op": op, "id": req.request_id}
+                if op != "decode":
+                    step["tokens"] = gen.output_tokens(room)
+        elif kind == "finish":
+            step = {"op": "finish", "id": rng.choice(list(reqs))}
+        elif kind == "preempt":
+            step = {"op": "preempt", "id": rng.choice(running).request_id}
+        else:
+            step = {"op": "reset"}
+            if rng.random() < 0.5:
+                step["running"] = True
+            elif rng.random() < 0.3:
+                step["running"] = False
+        op = _step(ctx, index, step, cfg, loras, CLI_LIMITS)
+        sim.apply(op)
+        if step["op"] == "finish":
+            finished.append(step["id"])
+        steps.append(step)
+    return {"title": title, "engine": eng, "steps": steps}
+
+
+def scenario_tokens(scenario: Scenario) -> int:
+    """Tokens a scenario pushes through the engine: prompts plus sampled / generated tokens."""
+    total = 0
+    for op in scenario.ops:
+        total += len(op.prompt)
+        if isinstance(op.tokens, tuple):
+            total += len(op.tokens)
+    return total

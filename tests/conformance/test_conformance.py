@@ -1,0 +1,162 @@
+"""Conformance tier: our replay against vLLM 0.31.0's own classes, field by field.
+
+Every scenario is replayed twice: by our engine (explorer.trace.replay) and by vLLM's
+BlockPool / KVCacheManager / Request driven by ``vllm_driver.py`` in ``.venv-vllm`` (one
+driver process for the whole session). The two replay JSONs (design section 5) must be equal:
+every step's outcome, hit, new blocks and events; the final free queue, every block's ref_cnt
+and hash, the hash map with its duplicates, the live requests, the stats, the reset outcomes,
+NONE_HASH and the seed it came from.
+
+Scenarios: every checked-in golden scenario (tests/golden/*.toml), every lesson scenario
+(lessons/*.toml), both globbed at collection time, and a few hundred random valid scenarios
+from explorer.randgen with fixed seeds, sent to the driver as one pipelined batch.
+
+Seeds: a scenario with an explicit seed, or an xxhash scenario without one (which draws a
+random seed), sends our resolved seed to vLLM, so both sides hash from the same NONE_HASH. A
+sha256 scenario without a seed sends none, so vLLM's own default ("vllm-none-hash") is used and
+compared with ours.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from explorer.randgen import random_scenario
+from explorer.scenario import Scenario, load_scenario, parse_scenario_dict
+from explorer.trace import replay
+from tests.conformance.oracle import compare
+
+pytestmark = pytest.mark.conformance
+
+REPO = Path(__file__).resolve().parents[2]
+GOLDEN = sorted((REPO / "tests" / "golden").glob("*.toml"))
+LESSONS = sorted((REPO / "lessons").glob("*.toml"))
+
+RANDOM_SEEDS = range(300)
+RANDOM_OPS = (20, 90)  # ops per random scenario: seed-drawn in this range
+MAX_SHOWN = 25
+
+
+def _vllm_seed(scenario: Scenario) -> tuple[str | None, str | None]:
+    """(seed for our replay, seed for vLLM's): see the module docstring."""
+    cfg = scenario.engine
+    if not cfg.enable_prefix_caching:
+        return None, None
+    if cfg.hash_seed:
+        return cfg.hash_seed, cfg.hash_seed
+    if cfg.hash_algo.startswith("xxhash"):
+        drawn = cfg.resolve_seed()  # a fresh random seed, as vLLM would draw
+        return drawn, drawn
+    return None, None  # vLLM's default, and ours
+
+
+def _ours(scenario: Scenario, seed: str | None) -> dict:
+    trace = replay(scenario, hash_seed=seed)
+    if seed is not None:
+        assert trace.hash_seed == seed
+    return trace.to_json()
+
+
+def _report(name: str, diffs: list[str]) -> str:
+    shown = "\n  ".join(diffs[:MAX_SHOWN])
+    more = f"\n  ... and {len(diffs) - MAX_SHOWN} more" if len(diffs) > MAX_SHOWN else ""
+    return f"{name}: {len(diffs)} difference(s) from vLLM 0.31.0:\n  {shown}{more}"
+
+
+def _check_file(vllm_oracle, path: Path) -> None:
+    scenario = load_scenario(path)
+    ours_seed, vllm_seed = _vllm_seed(scenario)
+    ours = _ours(scenario, ours_seed)
+    theirs = vllm_oracle.replay(scenario.normalized(vllm_seed))
+    diffs = compare(ours, theirs)
+    assert not diffs, _report(str(path.relative_to(REPO)), diffs)
+
+
+# ---- checked-in scenarios -----------------------------------------------------------------
+
+
+def test_golden_scenarios_exist():
+    assert GOLDEN, "no tests/golden/*.toml: the conformance tier needs at least one golden scenario"
+
+
+def test_lesson_scenarios_exist():
+    assert LESSONS, "no lessons/*.toml: the conformance tier needs at least one lesson scenario"
+
+
+@pytest.mark.parametrize("path", GOLDEN, ids=[p.name for p in GOLDEN])
+def test_golden_scenario_matches_vllm(vllm_oracle, path):
+    _check_file(vllm_oracle, path)
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=[p.name for p in LESSONS])
+def test_lesson_scenario_matches_vllm(vllm_oracle, path):
+    _check_file(vllm_oracle, path)
+
+
+# ---- random scenarios ---------------------------------------------------------------------
+
+
+def random_case(seed: int) -> dict:
+    """The raw random scenario of one seed (its length is drawn from the seed too)."""
+    lo, hi = RANDOM_OPS
+    return random_scenario(seed, lo + (seed * 7919) % (hi - lo + 1))
+
+
+@pytest.fixture(scope="module")
+def random_results(vllm_oracle):
+    """seed -> (our replay JSON, vLLM's answer), the vLLM side as one pipelined batch.
+
+    The driver replays in its own process while we replay ours here.
+    """
+    cases = {}
+    for seed in RANDOM_SEEDS:
+        scenario = parse_scenario_dict(random_case(seed), f"random seed {seed}")
+        cases[seed] = (scenario, *_vllm_seed(scenario))
+    answers: list = []
+    failure: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            answers.extend(vllm_oracle.replay_many(sc.normalized(vs) for sc, _, vs in cases.values()))
+        except BaseException as exc:  # re-raised below, in the test's thread
+            failure.append(exc)
+
+    asker = threading.Thread(target=ask, name="vllm-batch")
+    asker.start()
+    ours = {seed: _ours(sc, os_) for seed, (sc, os_, _) in cases.items()}
+    asker.join()
+    if failure:
+        raise failure[0]
+    return {seed: (ours[seed], theirs) for seed, theirs in zip(cases, answers)}
+
+
+@pytest.mark.parametrize("seed", RANDOM_SEEDS)
+def test_random_scenario_matches_vllm(random_results, seed):
+    ours, theirs = random_results[seed]
+    assert "error" not in theirs, f"random seed {seed}: vLLM raised: {theirs['error']}"
+    diffs = compare(ours, theirs)
+    assert not diffs, _report(f"random seed {seed}", diffs)
+
+
+def test_random_scenarios_cover_the_features(random_results):
+    """The random batch exercises what it is meant to: a guard against a generator drifting
+    into only easy cases."""
+    seen = {"ok_false": 0, "hit": 0, "reset_refused": 0, "reset_ok": 0, "removed": 0, "stored": 0, "cleared": 0}
+    ops: set[str] = set()
+    for ours, _ in random_results.values():
+        for step in ours["steps"]:
+            ops.add(step["op"])
+            if step["op"] in ("admit", "decode", "generate") and not step["ok"]:
+                seen["ok_false"] += 1
+            if step.get("hit_tokens"):
+                seen["hit"] += 1
+            if step["op"] == "reset":
+                seen["reset_ok" if step["ok"] else "reset_refused"] += 1
+            for ev in step["events"]:
+                key = {"BlockStored": "stored", "BlockRemoved": "removed", "AllBlocksCleared": "cleared"}[ev["type"]]
+                seen[key] += 1
+    assert ops == {"arrive", "admit", "sample", "decode", "generate", "finish", "preempt", "reset"}
+    assert all(n >= 20 for n in seen.values()), seen
