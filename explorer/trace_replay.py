@@ -891,7 +891,10 @@ def worker_main() -> int:
     except ValueError as e:
         emit({"error": f"bad job: {e}"})
         return 2
-    sweep_job(job, emit)
+    try:
+        sweep_job(job, emit)
+    except BrokenPipeError:  # the page is gone (server stopped, or the job was dropped)
+        return 1
     return 0
 
 

@@ -388,3 +388,21 @@ def test_shipped_trace_is_the_documented_one():
     readme = (REPO / "data" / "README.md").read_text()
     assert "kvcache-ai/Mooncake" in readme and "FAST25-release/traces/synthetic_trace.jsonl" in readme
     assert "Apache" in readme
+
+
+def test_figures_from_a_sweep(shared):
+    from explorer.trace_replay import sweep_to_dict
+    from explorer.viz.replay import _windowed, hit_rate_vs_cache_size, hits_over_time
+
+    d = sweep_to_dict(run_sweep(shared, 64, [12, 150], ["vllm", "lru", "unbounded"]), per_request=True)
+    fig = hit_rate_vs_cache_size(d)
+    assert [t.name.split()[0] for t in fig.data] == ["vLLM", "plain", "unbounded"]
+    vllm = fig.data[0]
+    assert list(vllm.x) == [12, 150]
+    assert list(vllm.y) == [r["hit_rate"] for r in d["results"] if r["policy"] == "vllm"]
+    assert fig.layout.xaxis.type == "log"
+    fig2 = hits_over_time(d, 12, window=10)
+    assert len(fig2.data) == 3  # vllm and lru at 12 blocks, and the ceiling
+    assert len(fig2.data[0].x) == 60
+    assert _windowed([0, 10, 10], [10, 10, 10], 2) == [0.0, 0.5, 1.0]
+    json.dumps(d)  # what the worker sends back is JSON

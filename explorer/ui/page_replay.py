@@ -4,8 +4,10 @@ The sweep runs in a worker process, so other browser sessions stay responsive on
 machine, and Cancel terminates it. The worker is a fresh interpreter (``python -m
 explorer.trace_replay``: one JSON job on stdin, JSON lines back), not a multiprocessing spawn:
 spawn re-runs the parent's ``__main__``, which under Streamlit is the app script itself. A
-thread per job reads the worker's lines into a queue. Everything this page keeps lives in
-st.session_state under keys starting with ``replay_``: one job per browser session.
+thread per job reads the worker's lines into a queue; the page polls it once a second (a
+fragment rerun costs the server about a tenth of a core while someone watches a job), and the
+thread terminates a worker whose browser session has gone away. Everything this page keeps
+lives in st.session_state under keys starting with ``replay_``: one job per browser session.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import streamlit as st
+from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from explorer.errors import BadInput
 from explorer.trace_replay import (
@@ -57,8 +60,25 @@ def _state() -> Any:
     return st.session_state
 
 
-def _pump(proc: subprocess.Popen, payload: bytes, q: queue_mod.Queue) -> None:
-    """The job's reader thread: send the job, then queue every line the worker prints."""
+POLL_S = 1.0  # how often a watching page polls its job (a Streamlit rerun of one fragment)
+ABANDON_S = 30.0  # a job whose browser session has been gone this long is terminated
+
+
+def _session_active(session_id: str | None) -> bool:
+    if session_id is None:
+        return True
+    try:
+        from streamlit.runtime import Runtime
+
+        return not Runtime.exists() or Runtime.instance().is_active_session(session_id)
+    except Exception:  # an internal API: never let it kill a job
+        return True
+
+
+def _pump(proc: subprocess.Popen, payload: bytes, q: queue_mod.Queue, session_id: str | None) -> None:
+    """The job's reader thread: send the job, then queue every line the worker prints.
+    Terminates the worker when its browser session has been gone for ABANDON_S."""
+    gone_since: float | None = None
     try:
         assert proc.stdin is not None and proc.stdout is not None
         try:
@@ -73,6 +93,12 @@ def _pump(proc: subprocess.Popen, payload: bytes, q: queue_mod.Queue) -> None:
                 continue
             if isinstance(msg, dict):
                 q.put(msg)
+            if _session_active(session_id):
+                gone_since = None
+            elif gone_since is None:
+                gone_since = time.monotonic()
+            elif time.monotonic() - gone_since > ABANDON_S and proc.poll() is None:
+                proc.terminate()
         proc.stdout.close()
     finally:
         q.put(None)  # end of the worker's output
@@ -88,7 +114,9 @@ def _start_job(job: dict[str, Any]) -> None:
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env, cwd=root,
     )
     q: queue_mod.Queue = queue_mod.Queue()
-    thread = threading.Thread(target=_pump, args=(proc, json.dumps(job).encode(), q), daemon=True,
+    ctx = get_script_run_ctx()
+    session_id = ctx.session_id if ctx is not None else None
+    thread = threading.Thread(target=_pump, args=(proc, json.dumps(job).encode(), q, session_id), daemon=True,
                               name="trace-replay-reader")
     thread.start()
     _state()[JOB] = {"proc": proc, "queue": q, "thread": thread, "stderr": err, "frac": 0.0,
@@ -181,11 +209,11 @@ def _build_job(source: str, upload: Any, block_size: int, sizes_text: str, limit
     return job
 
 
-@st.fragment(run_every=0.5)
+@st.fragment(run_every=POLL_S)
 def _progress_panel() -> None:
     job = _state().get(JOB)
-    if job is None:
-        return
+    if job is None:  # cancelled by the button below: redraw the whole page
+        st.rerun(scope="app")
     if _poll_job():
         st.rerun(scope="app")
     job = _state().get(JOB)
