@@ -31,7 +31,7 @@ from explorer.trace import ScenarioEngine, Trace
 REPO = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 DRIVER = REPO / "tests" / "conformance" / "vllm_driver.py"
-DEFAULT_REPEAT = 3
+DEFAULT_REPEAT = 5
 
 
 def bench_scenario(num_ops: int, seed: int) -> Scenario:
