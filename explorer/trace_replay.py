@@ -68,6 +68,9 @@ MAX_MODEL_LEN = 1 << 20  # the engine's max_model_len: input + output must fit
 MAX_HASH_ID = 1 << 32  # hash ids are below this (tokens stay below 2**41)
 MAX_TRACE_BYTES = 256 << 20  # the command line's cap on a trace file
 UI_MAX_TRACE_BYTES = 32 << 20  # the web page's cap on an upload
+MAX_NUM_BLOCKS = 1 << 23  # a pool of 8.4M blocks is about 1 GB of block objects
+UI_MAX_NUM_BLOCKS = 1 << 21  # the web page's share of a small shared server
+UI_MAX_BLOCKS_HASHED = 8_000_000  # prompt blocks a page job may hash (the shipped trace at 16: 3.8M)
 POLICIES = ("vllm", "lru", "unbounded")
 DEFAULT_DECODE_MS = 20.0
 
@@ -408,9 +411,11 @@ class RunResult:
         return d
 
 
-def _check_num_blocks(num_blocks: int) -> None:
+def _check_num_blocks(num_blocks: int, max_blocks: int = MAX_NUM_BLOCKS) -> None:
     if not isinstance(num_blocks, int) or num_blocks < 2:
         raise BadInput(f"num_blocks must be an integer >= 2 (block 0 is the null block), got {num_blocks!r}")
+    if num_blocks > max_blocks:
+        raise BadInput(f"num_blocks {num_blocks:,} is more than the limit of {max_blocks:,} blocks")
 
 
 def _tick(progress: Callable[[int], None] | None, k: int) -> None:
@@ -770,15 +775,29 @@ def run_sweep(
     outputs: bool = False,
     concurrency: ConcurrencyConfig | None = None,
     progress: ProgressFn | None = None,
+    max_num_blocks: int = MAX_NUM_BLOCKS,
+    max_blocks_hashed: int | None = None,
 ) -> SweepResult:
-    """Every policy at every size (unbounded once), with the block hashes computed once."""
+    """Every policy at every size (unbounded once), with the block hashes computed once.
+    ``max_blocks_hashed`` bounds the work: the prompts' full blocks at this block size."""
     for p in policies:
         if p not in POLICIES:
             raise BadInput(f"unknown policy {p!r}: expected one of {', '.join(POLICIES)}")
     if concurrency is not None and any(p != "vllm" for p in policies):
         raise BadInput("concurrency is modelled for the vllm policy only (lru and unbounded are sequential)")
+    if not sizes:
+        raise BadInput("no cache size given")
     for s in sizes:
-        _check_num_blocks(s)
+        _check_num_blocks(s, max_num_blocks)
+    if not isinstance(block_size, int) or block_size < 1:
+        raise BadInput(f"block size must be a positive integer, got {block_size!r}")
+    if max_blocks_hashed is not None:
+        total = sum(r.input_length // block_size for r in trace.requests)
+        if total > max_blocks_hashed:
+            raise BadInput(
+                f"{total:,} prompt blocks at block size {block_size} is more than the {max_blocks_hashed:,} "
+                "allowed here: use a larger block size or fewer requests"
+            )
     n = len(trace.requests)
     plan: list[tuple[str, int | None]] = []
     for p in policies:
@@ -868,6 +887,8 @@ def sweep_job(job: dict[str, Any], emit: Callable[[dict[str, Any]], None]) -> No
         sweep = run_sweep(
             trace, int(job["block_size"]), [int(s) for s in job["sizes"]], list(job["policies"]),
             bool(job.get("outputs")), conc, progress,
+            max_num_blocks=int(job.get("max_num_blocks", UI_MAX_NUM_BLOCKS)),
+            max_blocks_hashed=job.get("max_blocks_hashed", UI_MAX_BLOCKS_HASHED),
         )
         emit({"result": sweep_to_dict(sweep, per_request=True)})
     except BadInput as e:

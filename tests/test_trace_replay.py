@@ -373,6 +373,13 @@ def test_missing_file_and_bad_options_exit_2(tmp_path):
     assert_bad(cli(str(p), "--num-blocks", "1"), "num_blocks")
     assert_bad(cli(str(p), "--num-blocks-list", "100,x"), "'x'")
     assert_bad(cli(str(p), "--policy", "lru", "--concurrent"), "concurrency")
+    assert_bad(cli(str(p), "--num-blocks", str(10**9)), "limit")
+
+
+def test_work_cap(shared):
+    with pytest.raises(BadInput, match="larger block size"):
+        run_sweep(shared, 1, [100], max_blocks_hashed=10_000)
+    assert run_sweep(shared, 64, [100], max_blocks_hashed=10_000).runs[0].num_blocks == 100
 
 
 def test_parse_sizes():

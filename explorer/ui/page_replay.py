@@ -31,6 +31,8 @@ from explorer.errors import BadInput
 from explorer.trace_replay import (
     DEFAULT_DECODE_MS,
     POLICIES,
+    UI_MAX_BLOCKS_HASHED,
+    UI_MAX_NUM_BLOCKS,
     UI_MAX_TRACE_BYTES,
     parse_sizes,
     parse_trace_bytes,
@@ -187,6 +189,8 @@ def _build_job(source: str, upload: Any, block_size: int, sizes_text: str, limit
                outputs: bool, concurrent: bool, decode_ms: float) -> dict[str, Any]:
     """Check the inputs (BadInput on anything wrong) and describe the worker's job."""
     sizes = parse_sizes(sizes_text)
+    if max(sizes) > UI_MAX_NUM_BLOCKS:
+        raise BadInput(f"cache sizes: {max(sizes):,} blocks is more than this page's limit of {UI_MAX_NUM_BLOCKS:,}")
     if not policies:
         raise BadInput("pick at least one policy")
     if concurrent and any(p != "vllm" for p in policies):
@@ -195,6 +199,7 @@ def _build_job(source: str, upload: Any, block_size: int, sizes_text: str, limit
     job: dict[str, Any] = {
         "limit": lim, "max_bytes": UI_MAX_TRACE_BYTES, "block_size": int(block_size), "sizes": sizes,
         "policies": policies, "outputs": outputs, "decode_ms": float(decode_ms) if concurrent else None,
+        "max_num_blocks": UI_MAX_NUM_BLOCKS, "max_blocks_hashed": UI_MAX_BLOCKS_HASHED,
     }
     if source == UPLOAD:
         if upload is None:

@@ -119,6 +119,21 @@ def test_bad_sizes_one_error():
     assert len(at.error) == 1 and "lots" in at.error[0].value
 
 
+def test_limits_one_error_each():
+    at = fresh()
+    at.text_input(key="replay_sizes").set_value("1000, 50000000").run()
+    button(at, "replay_run").click().run()
+    assert len(at.error) == 1 and "limit" in at.error[0].value
+    # the whole shipped trace at block size 1 is too much work for the page
+    at.text_input(key="replay_sizes").set_value("1000").run()
+    at.number_input(key="replay_block_size").set_value(1).run()
+    at.number_input(key="replay_limit").set_value(0).run()
+    button(at, "replay_run").click().run()
+    wait_done(at)
+    assert len(at.error) == 1 and "larger block size" in at.error[0].value
+    assert button(at, "replay_run")
+
+
 def test_cancel_terminates_the_worker():
     at = fresh()
     at.number_input(key="replay_limit").set_value(0).run()  # the whole shipped trace: minutes
