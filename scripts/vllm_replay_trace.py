@@ -88,8 +88,12 @@ class MemoHasher:
     def _blocks(self, ids, hashes, first, stop):
         parent = hashes[-1] if hashes else None
         out = []
-        for b in range(first, stop):
-            parent = hash_block_tokens(sha256, parent, expand(ids, b * self.bs, (b + 1) * self.bs), None)
+        if stop <= first:
+            return out
+        bs = self.bs
+        tokens = expand(ids, first * bs, stop * bs)
+        for off in range(0, len(tokens), bs):
+            parent = hash_block_tokens(sha256, parent, tokens[off : off + bs], None)
             out.append(parent)
         return out
 

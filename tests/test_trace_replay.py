@@ -413,3 +413,14 @@ def test_figures_from_a_sweep(shared):
     assert len(fig2.data[0].x) == 60
     assert _windowed([0, 10, 10], [10, 10, 10], 2) == [0.0, 0.5, 1.0]
     json.dumps(d)  # what the worker sends back is JSON
+
+
+@pytest.mark.parametrize("outputs", [False, True])
+def test_concurrency_queue_under_pressure(shared, outputs):
+    prep = prepare(shared, 64, outputs=outputs, need_output_hashes=True)
+    r = replay_concurrent(prep, 40, ConcurrencyConfig(decode_ms=50))
+    c = r.concurrency
+    assert c["max_wait_ms"] > 0 and c["peak_running"] >= 2  # requests queued, and overlapped
+    ceiling = simulate_unbounded(prep)
+    assert all(h <= u for h, u in zip(r.hits, ceiling.hits))  # arrivals are in file order here
+    assert r.skipped == replay_vllm(prep, 40).skipped
