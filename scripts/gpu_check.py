@@ -33,7 +33,8 @@ import torch  # noqa: E402
 
 from explorer.prefill.configs import LLAMA3_8B_SHAPE, SMOLLM2_135M_SHAPE, TINY, ModelConfig  # noqa: E402
 from explorer.prefill.estimate import estimate_prefill, gpu_peak_flops  # noqa: E402
-from explorer.prefill.measure import corrupted_block_effect, default_dtype, measure_prefill  # noqa: E402
+from explorer.prefill.engine import corrupted_block_effect  # noqa: E402
+from explorer.prefill.measure import default_dtype, measure_prefill  # noqa: E402
 from explorer.prefill.model import PagedLlama  # noqa: E402
 from explorer.prefill.weights import random_weights  # noqa: E402
 

@@ -4,7 +4,9 @@ the explorer's BlockPool hands out.
 - ``configs``: the three model shapes and their parameter counts (torch-free);
 - ``estimate``: FLOP counts and the back-of-envelope prefill estimate (torch-free);
 - ``validate``: the checks every entry point runs before any heavy import (torch-free);
-- ``paged_kv``, ``model``, ``weights``: the torch model and its paged KV pool;
+- ``paged_kv``, ``attention``, ``model``, ``weights``: the torch model and its paged KV pool;
+- ``timing``: CUDA events on a GPU, a monotonic clock on a CPU;
+- ``engine``: requests through the KV cache manager, their KV in the pool (A, then B twice);
 - ``measure``: full vs cached prefill of one request, timed, with correctness checks;
 - ``cli``: ``python -m explorer prefill``.
 

@@ -28,7 +28,8 @@ def run_measurement(model: str, device: str, prompt: int, hit: int, load=None, *
 
     import torch
 
-    from explorer.prefill.measure import default_dtype, measure_prefill, pool_blocks_needed
+    from explorer.prefill.engine import pool_blocks_needed
+    from explorer.prefill.measure import default_dtype, measure_prefill
 
     if load is None:
         from explorer.prefill.weights import load_model as load

@@ -35,8 +35,8 @@ WALKTHROUGH_HIT = 992
 GPU_BF16_PEAK_FLOPS: tuple[tuple[str, float], ...] = (
     ("GB200", 2.5e15),
     ("B200", 2.25e15),
-    ("H200", 989e12),
     ("GH200", 989e12),
+    ("H200", 989e12),
     ("H100 PCIe", 756e12),
     ("H100", 989e12),
     ("H800", 989e12),

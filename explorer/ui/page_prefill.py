@@ -121,7 +121,9 @@ def _settings(caps: dict) -> tuple[str, str, int, int, int]:
     c1, c2, c3, c4, c5 = st.columns(5)
     name = c1.selectbox("Model", names, key="pf_model", help="; ".join(f"{m.name}: {m.note}" for m in MODELS.values()))
     device = c2.selectbox("Device", DEVICES, key="pf_device")
-    prompt = int(c3.number_input("Prompt tokens", min_value=1, max_value=131072, value=200, step=BLOCK_SIZE, key="pf_prompt"))
+    prompt = int(
+        c3.number_input("Prompt tokens", min_value=1, max_value=131072, value=200, step=BLOCK_SIZE, key="pf_prompt")
+    )
     hit = int(c4.number_input("Hit tokens", min_value=0, max_value=131072, value=96, step=BLOCK_SIZE, key="pf_hit",
                               help=f"A multiple of {BLOCK_SIZE}, at most ((prompt - 1) // 16) * 16"))
     repeats = int(c5.number_input("Timed runs", min_value=1, max_value=10, value=3, key="pf_repeats"))

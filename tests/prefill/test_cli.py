@@ -22,9 +22,8 @@ KEYS = {
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "explorer", "prefill", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
-    )
+    cmd = [sys.executable, "-m", "explorer", "prefill", *args]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_json_of_tiny():

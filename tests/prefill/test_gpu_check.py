@@ -39,7 +39,8 @@ def test_cpu_smoke_with_optional_packages_blocked():
     out = json.loads(p.stdout)
     assert out["environment"]["device"] == "cpu"
     assert out["all_ok"] is True and not out["errors"] and not out["skipped"]
-    assert [(c["prompt_tokens"], c["hit_tokens"]) for c in out["cases"]] == [(64, 0), (64, 48), (200, 0), (200, 96), (200, 192)]
+    cases = [(c["prompt_tokens"], c["hit_tokens"]) for c in out["cases"]]
+    assert cases == [(64, 0), (64, 48), (200, 0), (200, 96), (200, 192)]
     for c in out["cases"]:
         assert c["dtype"] == "float32" and c["greedy_match"] and c["max_abs_logit_diff"] <= c["tolerance"]
         assert c["mfu"] is None

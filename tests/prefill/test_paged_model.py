@@ -9,13 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from explorer.prefill.configs import BLOCK_SIZE, TINY  # noqa: E402
-from explorer.prefill.measure import (  # noqa: E402
-    PagedEngine,
-    corrupted_block_effect,
-    measure_prefill,
-    prepare_pair,
-    prompt_pair,
-)
+from explorer.prefill.engine import PagedEngine, corrupted_block_effect, prepare_pair, prompt_pair  # noqa: E402
+from explorer.prefill.measure import measure_prefill  # noqa: E402
 from tests.prefill.reference import reference_logits  # noqa: E402
 
 
