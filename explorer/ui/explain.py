@@ -239,8 +239,8 @@ def allocate_panel(trace: Trace, k: int) -> Panel | None:
         verdict = "<=" if a.ok else ">"
         s.append(
             f"allocate_slots needs {_n(a.new_blocks_needed, 'new block')} for tokens up to {a.slots_needed:,} plus "
-            f"{_n(a.free_hit_blocks, 'hit block')} waiting in the free queue: {a.new_blocks_needed} + {a.free_hit_blocks} = {a.required} "
-            f"{verdict} {a.free_blocks} free, so it {'succeeds' if a.ok else 'returns None'}."
+            f"{_n(a.free_hit_blocks, 'hit block')} waiting in the free queue: {a.new_blocks_needed:,} + {a.free_hit_blocks:,} = {a.required:,} "
+            f"{verdict} {a.free_blocks:,} free, so it {'succeeds' if a.ok else 'returns None'}."
         )
         if not a.ok:
             s.append(f"Nothing is touched or allocated: {rid} keeps its state and waits for blocks to be freed.")
@@ -267,7 +267,7 @@ def allocate_panel(trace: Trace, k: int) -> Panel | None:
         shared = len(step.touched) - from_free
         parts = []
         if from_free:
-            parts.append(f"{from_free} left the free queue (ref_cnt 0 -> 1)")
+            parts.append(f"{from_free:,} left the free queue (ref_cnt 0 -> 1)")
         if shared:
             parts.append(f"{shared} {'was' if shared == 1 else 'were'} in use by another request and {'is' if shared == 1 else 'are'} now shared")
         s.append(f"touch() first adds 1 to the ref_cnt of the {_n(len(step.touched), 'hit block')}: " + " and ".join(parts) + ".")
@@ -470,9 +470,9 @@ def now(trace: Trace, k: int) -> Now:
                 + f" and gets {_n(new, 'new block')}; the free queue goes from {prev.num_free_blocks:,} to {snap.num_free_blocks:,} blocks."
             ]
             if a is not None:
-                s.append(f"Admission check: {a.new_blocks_needed} new + {a.free_hit_blocks} free hit blocks = {a.required} <= {a.free_blocks} free.")
+                s.append(f"Admission check: {a.new_blocks_needed:,} new + {a.free_hit_blocks:,} free hit blocks = {a.required:,} <= {a.free_blocks:,} free.")
         else:
-            s = [f"{rid} does not fit: {a.new_blocks_needed} new + {a.free_hit_blocks} free hit blocks = {a.required} > {a.free_blocks} free, so allocate_slots returns None and nothing changes."] if a else [f"{rid} could not be admitted."]
+            s = [f"{rid} does not fit: {a.new_blocks_needed:,} new + {a.free_hit_blocks:,} free hit blocks = {a.required:,} > {a.free_blocks:,} free, so allocate_slots returns None and nothing changes."] if a else [f"{rid} could not be admitted."]
     elif op.op in ("generate", "decode"):
         refs = (REFS["allocate_slots"],) + ((REFS["append_output"],) if op.op == "generate" else ())
         toks = len(op.tokens) if isinstance(op.tokens, tuple) else 0

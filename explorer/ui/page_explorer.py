@@ -275,6 +275,7 @@ def _on_arrive() -> None:
     if _add_edit(step):
         ss[K_NOTICE] = f"{rid} arrived."
         ss["px_p_id"] = ""
+        ss["px_a_req"] = rid  # the actions below now act on the new request
 
 
 def _act(op: str) -> None:
@@ -352,7 +353,7 @@ def _css(presenter: bool) -> None:
         css = ""
     if presenter:
         css += (
-            "\nhtml { font-size: 21px; }"
+            "\nhtml { font-size: 24px; }"
             '\nsection[data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"], [data-testid="stSidebarNav"] { display: none !important; }'
             '\n[data-testid="stHeader"] { display: none; }'
             "\n.block-container { padding-top: 1rem; max-width: 100% !important; }"
@@ -374,6 +375,7 @@ export default function (component) {
     if (!Number.isNaN(id)) setTriggerValue('block', id);
   };
   document.addEventListener('click', onClick, true);
+  document.body.setAttribute('data-px-click-ready', '1');
   return () => document.removeEventListener('click', onClick, true);
 }
 """
@@ -391,7 +393,7 @@ def _sidebar(view: ViewState, base: Scenario | None, sc: Scenario | None, trace:
                  help="Scenarios from lessons/*.toml, or the file you uploaded.")
 
     eng = base.engine if base is not None else None
-    with sb.expander("Engine settings", expanded=False):
+    with sb.expander("Engine settings", expanded=False, key="px_x_engine"):
         if eng is not None:
             for wkey, ekey in ENGINE_WIDGETS.items():
                 st.session_state.setdefault(wkey, view.engine.get(ekey, getattr(eng, ekey)))
@@ -414,10 +416,10 @@ def _sidebar(view: ViewState, base: Scenario | None, sc: Scenario | None, trace:
             if view.engine:
                 st.caption("Changed: " + ", ".join(f"{k} = {v!r}" for k, v in view.engine.items()))
 
-    with sb.expander("Playground", expanded=bool(view.edits)):
+    with sb.expander("Playground", expanded=bool(view.edits), key="px_x_playground"):
         _playground(view, sc, trace)
 
-    with sb.expander("Files", expanded=False):
+    with sb.expander("Files", expanded=False, key="px_x_files"):
         st.file_uploader("Upload a scenario (.toml)", type=["toml"], key="px_w_upload", on_change=_on_upload,
                          max_upload_size=1, help=f"At most {MAX_UPLOAD_BYTES // 1024} KiB.")
         if sc is not None and trace is not None:
@@ -440,25 +442,31 @@ def _playground(view: ViewState, sc: Scenario | None, trace: Trace | None) -> No
     ss = st.session_state
     if sc is not None and not ss.get("px_p_id"):
         ss["px_p_id"] = next_request_id(sc)
+    st.markdown("**A new request**")
+    kinds = ["Text", "Token spec"] if has_tok else ["Token spec"]
+    if ss.get("px_p_kind") not in kinds:
+        ss["px_p_kind"] = kinds[0]
+    st.radio("Prompt as", kinds, key="px_p_kind", horizontal=True)
+    if not has_tok:
+        st.caption("Typed text needs SmolLM2-135M's tokenizer, whose model file is not installed here: use a token spec "
+                   "like `0:480, 1000:1100` (ranges a:b, repeats x*n).")
+    st.checkbox("Add an image placeholder", key="px_p_img")
     with st.form("px_arrive", clear_on_submit=False, border=False):
-        st.markdown("**A new request**")
         st.text_input("Request id", key="px_p_id", max_chars=40)
-        kinds = ["Text", "Token spec"] if has_tok else ["Token spec"]
-        st.radio("Prompt as", kinds, key="px_p_kind", horizontal=True)
-        if not has_tok:
-            st.caption("Typed text needs SmolLM2-135M's tokenizer, whose model file is not installed here: use a token spec "
-                       "like `0:480, 1000:1100` (ranges a:b, repeats x*n).")
-        st.text_area("Text", key="px_p_text", max_chars=20_000, height=80, placeholder="You are a helpful assistant...",
-                     disabled=not has_tok)
-        st.text_input("Token spec", key="px_p_spec", placeholder="0:480, 7*20", max_chars=2_000)
+        if ss.get("px_p_kind") == "Text":
+            st.text_area("Text (SmolLM2-135M tokens)", key="px_p_text", max_chars=20_000, height=90,
+                         placeholder="You are a helpful assistant...")
+        else:
+            st.text_input("Token spec", key="px_p_spec", placeholder="0:480, 7*20", max_chars=2_000,
+                          help="Comma-separated parts: a:b is the range a..b-1, x*n repeats x n times, a bare number is itself.")
         c1, c2 = st.columns(2)
         c1.text_input("LoRA name", key="px_p_lora", max_chars=64)
         c2.text_input("cache_salt", key="px_p_salt", max_chars=64)
-        st.checkbox("Image placeholder", key="px_p_img")
-        c1, c2, c3 = st.columns(3)
-        c1.text_input("image id", key="px_p_img_id", value=None, placeholder="img-1", max_chars=40)
-        c2.number_input("offset", key="px_p_img_off", min_value=0, step=1, value=0)
-        c3.number_input("length", key="px_p_img_len", min_value=1, step=1, value=16)
+        if ss.get("px_p_img"):
+            c1, c2, c3 = st.columns(3)
+            c1.text_input("image id", key="px_p_img_id", placeholder="img-1", max_chars=40)
+            c2.number_input("offset", key="px_p_img_off", min_value=0, step=1, value=0)
+            c3.number_input("length", key="px_p_img_len", min_value=1, step=1, value=16)
         st.checkbox("prompt_logprobs (skips the lookup)", key="px_p_logprobs")
         st.form_submit_button("Arrive", on_click=_on_arrive, type="primary")
     st.markdown("**Act on a request**")
@@ -486,20 +494,23 @@ def _playground(view: ViewState, sc: Scenario | None, trace: Trace | None) -> No
 
 
 def _stepper(view: ViewState, n: int, presenter: bool) -> None:
-    cols = st.columns([1.1, 1.1, 7, 1.1, 1.1, 1, 1], vertical_alignment="bottom")
-    cols[0].button("First", key="px_b_first", on_click=_go, kwargs={"to": 0}, help="First (Home)", shortcut="Home", disabled=view.step == 0, width="stretch")
-    cols[1].button("Back", key="px_b_back", on_click=_go, kwargs={"delta": -1}, help="Back (Left arrow)", shortcut="Left", disabled=view.step == 0, width="stretch")
+    cols = st.columns([0.6, 0.75, 5.9, 1.6, 0.6, 1.2, 1.1], vertical_alignment="bottom")
+    cols[0].button("", icon=":material/first_page:", key="px_b_first", on_click=_go, kwargs={"to": 0},
+                   help="First: before step 1", disabled=view.step == 0, width="stretch")
+    cols[1].button("", icon=":material/chevron_left:", key="px_b_back", on_click=_go, kwargs={"delta": -1},
+                   help="Back one step (Left arrow)", shortcut="Left", disabled=view.step == 0, width="stretch")
     if n > 0:
         cols[2].slider(f"Step {view.step} of {n}", min_value=0, max_value=n, key=W_STEP, on_change=_on_step,
-                       help="0 = before the first step")
+                       help="0 = before the first step. Keys: Left and Right arrows.")
     else:
         cols[2].caption("This scenario has no steps yet: add some in the playground.")
-    cols[3].button("Next", key="px_b_next", on_click=_go, kwargs={"delta": 1}, help="Next (Right arrow)", shortcut="Right", disabled=view.step >= n, width="stretch")
-    cols[4].button("Last", key="px_b_last", on_click=_go, kwargs={"to": n}, help="Last (End)", shortcut="End", disabled=view.step >= n, width="stretch")
+    cols[3].button("Next", icon=":material/chevron_right:", icon_position="right", key="px_b_next", on_click=_go,
+                   kwargs={"delta": 1}, help="Next step (Right arrow)", shortcut="Right", disabled=view.step >= n,
+                   width="stretch", type="primary")
+    cols[4].button("", icon=":material/last_page:", key="px_b_last", on_click=_go, kwargs={"to": n},
+                   help="Last step", disabled=view.step >= n, width="stretch")
     cols[5].toggle("Play", key=W_PLAY, disabled=n == 0)
     cols[6].selectbox("Speed", list(SPEEDS), index=1, key=W_SPEED, label_visibility="collapsed")
-    if presenter:
-        pass
 
 
 def _autoplay(n: int) -> None:
@@ -526,30 +537,30 @@ def _autoplay(n: int) -> None:
 
 
 def _refs_line(refs) -> str:
-    return " · ".join(f"{vh._e(r.func)} <span class='px-loc'>{vh._e(r.loc)}</span>" for r in refs)
+    return " ".join(f"<span class='px-ref'>{vh._e(r.func)} <span class='px-loc'>{vh._e(r.loc)}</span></span>" for r in refs)
 
 
 def _now_box(trace: Trace, k: int, base_ops: int) -> None:
     now = explain.now(trace, k)
     n = len(trace.steps)
-    origin = ""
-    if k > base_ops:
-        origin = " <small>(playground)</small>"
-    st.html(
-        f'<div class="px-now" data-px-now="{k}"><div class="px-headline">Step {k} of {n}: {vh._e(now.headline)}{origin}</div>'
-        f'<div class="px-refs">{_refs_line(now.refs)}</div><div class="px-now-text">{vh._e(now.text)}</div></div>'
-    )
+    origin = ' <span class="px-tag">playground</span>' if k > base_ops else ""
+    extra = ""
+    failures: tuple[str, ...] = ()
     if k > 0:
         step = trace.steps[k - 1]
         if step.op.note:
-            st.html(f'<div class="px-note" data-px-note="1"><b>Lesson:</b> {vh._e(step.op.note)}</div>')
+            extra += f'<div class="px-note" data-px-note="1"><b>Lesson:</b> {vh._e(step.op.note)}</div>'
         if step.op.expect:
             failures = step.expect_failures
-            if failures:
-                for f in failures:
-                    st.warning(f"Lesson check failed: {f}")
-            else:
-                st.caption("Lesson checks hold: " + ", ".join(f"{key} = {_short(v)}" for key, v in step.op.expect.items()))
+            if not failures:
+                extra += ('<div class="px-checks" data-px-checks="ok">&#10003; lesson checks hold: '
+                          + vh._e(", ".join(f"{key} = {_short(v)}" for key, v in step.op.expect.items())) + "</div>")
+    st.html(
+        f'<div class="px-now" data-px-now="{k}"><div class="px-headline">Step {k} of {n}: {vh._e(now.headline)}{origin}</div>'
+        f'<div class="px-refs">{_refs_line(now.refs)}</div><div class="px-now-text">{vh._e(now.text)}</div>{extra}</div>'
+    )
+    for f in failures:
+        st.warning(f"Lesson check failed: {f}")
 
 
 def _short(v: object) -> str:
@@ -627,11 +638,15 @@ def _state_views(trace: Trace, k: int, changed: set[int], selected: int | None) 
             if isinstance(cd, int) and cd != selected:
                 selected = cd
                 _set_view(_view().with_(block=cd))
+        st.caption("One cell per block, 100 blocks a row, coloured by state; an open square marks a block this step changed. "
+                   "Hover for id, ref_cnt and hash; click a marked block (or type its id below) for its history.")
         if changed:
+            from explorer.scenario_cli import id_ranges
+
             ids = sorted(changed)
-            chips = [vh.snap_chip(snap, b, changed, selected, "full") for b in ids[:200]]
-            st.html(f'<div class="px-row"><span class="px-rowlabel">changed by this step ({len(ids)}):</span>{"".join(chips)}'
-                    + (f'<span class="px-more">&hellip; {len(ids) - 200} more</span>' if len(ids) > 200 else "") + "</div>")
+            chips = "".join(vh.snap_chip(snap, b, changed, selected, "full") for b in ids) if len(ids) <= 60 else ""
+            st.html(f'<div class="px-row" data-px-changed="{len(ids)}"><span class="px-rowlabel">changed by this step ({len(ids):,} blocks):</span>'
+                    + (chips or f'<code>{vh._e(id_ranges(ids)[1:-1])}</code>') + "</div>")
     else:
         st.html(vh.pool_grid_html(snap, changed, selected))
     c1, c2 = st.columns([1, 3], vertical_alignment="bottom")
@@ -648,17 +663,20 @@ def _state_views(trace: Trace, k: int, changed: set[int], selected: int | None) 
     st.caption(f"{snap.num_free_blocks:,} free blocks. get_new_blocks pops from the head; free_blocks puts unhashed blocks at the head and hashed ones at the tail.")
     st.html(vh.free_queue_html(snap, changed, selected))
 
-    c1, c2 = st.columns(2)
+    c1, c2 = st.columns([3, 2])
     with c1:
         st.subheader("Requests and their block tables", anchor="requests")
         st.html(vh.requests_html(snap, changed, selected))
     with c2:
-        st.subheader("Hash map", anchor="hash-map")
-        st.caption(f"{len(snap.cached):,} hashes cached. One hash may map to several blocks: vLLM keeps duplicates.")
-        st.html(vh.hash_map_html(snap, step, prev, selected, int_hashes=trace.scenario.engine.int_block_hashes))
+        st.subheader("Metrics", anchor="metrics")
+        _metrics(trace, k)
 
     c1, c2 = st.columns(2)
     with c1:
+        st.subheader("Hash map", anchor="hash-map")
+        st.caption(f"{len(snap.cached):,} hashes cached. One hash may map to several blocks: vLLM keeps duplicates.")
+        st.html(vh.hash_map_html(snap, step, prev, selected, int_hashes=trace.scenario.engine.int_block_hashes))
+    with c2:
         st.subheader("KV event log", anchor="events")
         st.html(vh.event_log_html(trace, k))
         if step is not None and step.events:
@@ -670,9 +688,6 @@ def _state_views(trace: Trace, k: int, changed: set[int], selected: int | None) 
                     if isinstance(e.get("token_ids"), list) and len(e["token_ids"]) > 32:
                         e["token_ids"] = e["token_ids"][:16] + [f"... {len(e['token_ids'])} in all"]
                 st.json(evs, expanded=True)
-    with c2:
-        st.subheader("Metrics", anchor="metrics")
-        _metrics(trace, k)
 
 
 def _metrics(trace: Trace, k: int) -> None:
@@ -680,14 +695,15 @@ def _metrics(trace: Trace, k: int) -> None:
     prev = trace.snapshot_at(k - 1) if k > 0 else snap
     s, p = snap.stats, prev.stats
     rate = s["hits"] / s["queries"] if s["queries"] else 0.0
-    c = st.columns(4)
+    c = st.columns(2)
     c[0].metric("Queries (tokens)", f"{s['queries']:,}", delta=(s["queries"] - p["queries"]) or None)
     c[1].metric("Hits (tokens)", f"{s['hits']:,}", delta=(s["hits"] - p["hits"]) or None)
-    c[2].metric("Hit rate", f"{rate:.1%}")
-    c[3].metric(f"Window ({snap.window_requests} req.)", f"{snap.window_hit_rate:.1%}",
+    c = st.columns(2)
+    c[0].metric("Hit rate (total)", f"{rate:.1%}")
+    c[1].metric(f"Window ({snap.window_requests} req.)", f"{snap.window_hit_rate:.1%}",
                 help="vLLM's logged rate: the last ~1000 requests (CachingMetrics), preempted ones excluded.")
     st.caption(explain.metrics_sentence(trace, k) + f" Preempted: {s['preempted_requests']} requests, {s['preempted_hits']:,} of {s['preempted_queries']:,} tokens hit.")
-    st.html(vh.hit_rate_svg(trace, k))
+    st.html(vh.svg_img(vh.hit_rate_svg(trace, k), f"Hit rate after each step, total and windowed; step {k} marked."))
 
 
 def _share_link(view: ViewState) -> None:
@@ -698,7 +714,7 @@ def _share_link(view: ViewState) -> None:
         base = (st.context.url or "").split("?")[0]
     except Exception:  # noqa: BLE001
         base = ""
-    with st.sidebar.expander("Share this view"):
+    with st.sidebar.expander("Share this view", key="px_x_share"):
         st.code(f"{base}?{urlencode(q)}", language=None, wrap_lines=True)
         st.caption("The link holds the scenario, settings, playground steps, the step and presenter mode.")
 
@@ -786,12 +802,13 @@ def render() -> None:
     title = sc.title if sc else ""
     eng = trace.scenario.engine
     seed = "caching off" if trace.hash_seed is None else f"{eng.hash_algo}, seed {trace.hash_seed[:24]!r}{'...' if len(trace.hash_seed) > 24 else ''}, NONE_HASH {trace.none_hash.hex()[:12]}..."
-    st.title(title)
-    st.caption(f"{trace.scenario.source} · block size {eng.block_size} · {eng.num_blocks:,} blocks · {seed}")
+    st.html(f'<div class="px-title"><span class="px-title-main">{vh._e(title)}</span> '
+            f'<span class="px-title-sub">{vh._e(trace.scenario.source)} · block size {eng.block_size} · {eng.num_blocks:,} blocks · {vh._e(seed)}</span></div>')
     if rep.error:
         st.error(f"The replay stopped: {rep.error}. The steps before it are shown.")
     if view.presenter:
-        st.button("Leave presenter mode", on_click=_on_presenter, args=(False,), key="px_b_leave_presenter")
+        st.button("Leave presenter mode", icon=":material/close_fullscreen:", on_click=_on_presenter, args=(False,),
+                  key="px_b_leave_presenter", type="tertiary")
 
     _stepper(view, n, view.presenter)
     changed = changed_blocks(trace, k)

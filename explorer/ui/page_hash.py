@@ -84,7 +84,7 @@ def _table_html(result: dict) -> str:
     more = len(result["blocks"]) - MAX_ROWS
     foot = f"<tr><td colspan='6' class='px-more'>&hellip; {more:,} more blocks in the JSON download</td></tr>" if more > 0 else ""
     return (
-        "<div class='px-scroll' style='max-height:560px'><table class='px-table' data-px-hash-table='1'>"
+        "<div class='px-scroll' style='max-height:560px'><table class='px-table px-hash-table' data-px-hash-table='1'>"
         "<tr><th>block</th><th>tokens</th><th>hash (BlockHash digest)</th><th>key (hash + 4-byte group id)</th>"
         "<th>event hash (low 64 bits)</th><th>extra keys</th></tr>" + "".join(rows) + foot + "</table></div>"
     )

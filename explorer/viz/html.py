@@ -387,7 +387,7 @@ def allocate_html(step: Step, before: Snapshot, after: Snapshot, changed: set[in
     return "".join(parts)
 
 
-def caching_html(step: Step, after: Snapshot, changed: set[int], selected: int | None = None, int_hashes: bool = True, show: int = 24) -> str:
+def caching_html(step: Step, after: Snapshot, changed: set[int], selected: int | None = None, int_hashes: bool = True, show: int = 10) -> str:
     rows = []
     for c in step.cached:
         dup = f' <span class="px-dupmark">duplicate of #{", #".join(map(str, c.duplicate_of))}: both kept</span>' if c.duplicate_of else ""
@@ -442,7 +442,7 @@ def eviction_html(step: Step, before: Snapshot, after: Snapshot, changed: set[in
             f'<div class="px-cached-row">{snap_chip(after, b, changed, selected)} lost <code>{h.hex()[:16]}&hellip;</code> '
             f"<small>BlockRemoved {external_block_hash(h) if int_hashes else 'raw digest'}</small> &middot; {fate}</div>"
         )
-    return '<div class="px-cached">' + "".join(_elide(rows, 20, 4, "blocks")) + "</div>"
+    return '<div class="px-cached">' + "".join(_elide(rows, 6, 4, "blocks")) + "</div>"
 
 
 def history_html(entries: Iterable, k: int) -> str:
@@ -477,11 +477,11 @@ def hit_rate_svg(trace: Trace, k: int, width: int = 560, height: int = 170) -> s
             window.append(f"{x(i):.1f},{y(s.window_hit_rate):.1f}")
     grid = "".join(
         f'<line x1="{left}" x2="{left + w}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#ddd"/>'
-        f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end" font-size="11">{int(v * 100)}%</text>'
+        f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end" font-size="13">{int(v * 100)}%</text>'
         for v in (0, 0.5, 1)
     )
     ticks = sorted({0, n, k} | set(range(0, n + 1, max(1, n // 8 or 1))))
-    xt = "".join(f'<text x="{x(i):.1f}" y="{top + h + 16}" text-anchor="middle" font-size="11">{i}</text>' for i in ticks)
+    xt = "".join(f'<text x="{x(i):.1f}" y="{top + h + 16}" text-anchor="middle" font-size="13">{i}</text>' for i in ticks)
     marker = f'<line x1="{x(k):.1f}" x2="{x(k):.1f}" y1="{top}" y2="{top + h}" stroke="#D55E00" stroke-width="2"/>'
     lines = ""
     if total:
@@ -490,12 +490,20 @@ def hit_rate_svg(trace: Trace, k: int, width: int = 560, height: int = 170) -> s
         lines += f'<polyline fill="none" stroke="#E69F00" stroke-width="2" stroke-dasharray="6 4" points="{" ".join(window)}"/>'
     legend = (
         f'<line x1="{left + 8}" x2="{left + 28}" y1="{top + 4}" y2="{top + 4}" stroke="#0072B2" stroke-width="2.5"/>'
-        f'<text x="{left + 32}" y="{top + 8}" font-size="11">total</text>'
+        f'<text x="{left + 32}" y="{top + 8}" font-size="13">total</text>'
         f'<line x1="{left + 80}" x2="{left + 100}" y1="{top + 4}" y2="{top + 4}" stroke="#E69F00" stroke-width="2" stroke-dasharray="6 4"/>'
-        f'<text x="{left + 104}" y="{top + 8}" font-size="11">window (~1000 requests)</text>'
+        f'<text x="{left + 104}" y="{top + 8}" font-size="13">window (~1000 requests)</text>'
     )
     return (
-        f'<svg class="px-rate" viewBox="0 0 {width} {height}" width="100%" role="img" '
-        f'aria-label="hit rate after each step; step {k} marked">{grid}{xt}{marker}{lines}{legend}'
-        f'<text x="{left + w / 2:.1f}" y="{height - 2}" text-anchor="middle" font-size="11">step</text></svg>'
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
+        f'font-family="sans-serif">{grid}{xt}{marker}{lines}{legend}'
+        f'<text x="{left + w / 2:.1f}" y="{height - 2}" text-anchor="middle" font-size="13">step</text></svg>'
     )
+
+
+def svg_img(svg: str, alt: str) -> str:
+    """An SVG as an <img> (st.html sanitizes inline SVG away; a data URI survives)."""
+    import base64
+
+    data = base64.b64encode(svg.encode("utf-8")).decode("ascii")
+    return f'<img class="px-rate" src="data:image/svg+xml;base64,{data}" alt="{_e(alt)}" style="width:100%;max-width:720px">'

@@ -83,3 +83,13 @@ def block_ids_in(html: str, marker: str) -> list[int]:
         return []
     row_end = html.find("</div>", html.find("px-rowlabel", i) if "px-rowlabel" in html[i:] else i)
     return [int(x) for x in re.findall(r'data-px-block="(\d+)"', html[i:row_end])]
+
+
+def page_title(at: AppTest) -> str:
+    m = re.search(r'<span class="px-title-main">(.*?)</span>', all_html(at))
+    return unescape(m.group(1)) if m else ""
+
+
+def title_line(at: AppTest) -> str:
+    m = re.search(r'<div class="px-title">(.*?)</div>', all_html(at))
+    return unescape(re.sub(r"<[^>]+>", " ", m.group(1))) if m else ""

@@ -20,8 +20,10 @@ from tests.ui.helpers import (
     markdown_text,
     no_exception,
     now_text,
+    page_title,
     panel_keys,
     step_to,
+    title_line,
     view,
 )
 
@@ -40,7 +42,7 @@ def test_opens_the_default_lesson_before_step_one(lesson_at):
     at = lesson_at
     no_exception(at)
     assert not errors(at)
-    assert at.title[0].value == "Two chat turns"
+    assert page_title(at) == "Two chat turns"
     assert "Step 0 of 20" in now_text(at)
     assert "299 blocks wait in the free queue" in now_text(at)
     assert 'data-px-pool="300"' in all_html(at)
@@ -86,7 +88,7 @@ def test_every_step_matches_the_replay_json(lesson_json):
     assert f'data-px-map="{len(final["cached"])}"' in html
     stats = final["stats"]
     assert [m.value for m in at.metric][:2] == [f"{stats['queries']:,}", f"{stats['hits']:,}"]
-    assert "Lesson checks hold" in "\n".join(c.value for c in at.caption)
+    assert "lesson checks hold" in all_html(at)
 
 
 def test_buttons_step_first_back_next_last(lesson_at):
@@ -181,11 +183,11 @@ def test_xxhash_seed_is_drawn_once_and_kept():
     no_exception(at)
     seed = view(at).drawn_seed
     assert seed and len(seed) == 64
-    caption = at.caption[0].value
+    caption = title_line(at)
     assert "xxhash" in caption and seed[:24] in caption
     step_to(at, 1)
     step_to(at, 2)
-    assert view(at).drawn_seed == seed and seed[:24] in at.caption[0].value
+    assert view(at).drawn_seed == seed and seed[:24] in title_line(at)
     assert at.query_params["dseed"] in (seed, [seed])
     at.button(key="px_b_newseed").click().run()
     assert view(at).drawn_seed != seed
@@ -193,7 +195,7 @@ def test_xxhash_seed_is_drawn_once_and_kept():
 
 def test_playground_arrive_admit_generate_finish():
     at = explorer(query={"lesson": "00_two_chat_turns", "step": "20"})
-    at.radio(key="px_p_kind").set_value("Token spec")
+    at.radio(key="px_p_kind").set_value("Token spec").run()
     at.text_input(key="px_p_spec").set_value("0:480, 9000:9100")
     at.text_input(key="px_p_lora").set_value("")
     at.button(key="FormSubmitter:px_arrive-Arrive").click().run()
@@ -229,12 +231,12 @@ def test_playground_arrive_admit_generate_finish():
 
 def test_playground_extras_lora_salt_image_logprobs():
     at = explorer()
-    at.radio(key="px_p_kind").set_value("Token spec")
+    at.radio(key="px_p_kind").set_value("Token spec").run()
+    at.checkbox(key="px_p_img").check().run()
     at.text_input(key="px_p_id").set_value("X")
     at.text_input(key="px_p_spec").set_value("0:64")
     at.text_input(key="px_p_lora").set_value("sql")
     at.text_input(key="px_p_salt").set_value("tenant-7")
-    at.checkbox(key="px_p_img").check()
     at.number_input(key="px_p_img_off").set_value(20)
     at.number_input(key="px_p_img_len").set_value(10)
     at.checkbox(key="px_p_logprobs").check()
@@ -263,7 +265,7 @@ def test_playground_extras_lora_salt_image_logprobs():
 )
 def test_playground_bad_input_shows_one_error_and_the_page_stays_usable(spec, needle):
     at = explorer()
-    at.radio(key="px_p_kind").set_value("Token spec")
+    at.radio(key="px_p_kind").set_value("Token spec").run()
     at.text_input(key="px_p_spec").set_value(spec)
     at.button(key="FormSubmitter:px_arrive-Arrive").click().run()
     no_exception(at)
@@ -276,7 +278,7 @@ def test_playground_bad_input_shows_one_error_and_the_page_stays_usable(spec, ne
 
 def test_playground_refuses_an_op_the_engine_state_does_not_allow():
     at = explorer()
-    at.radio(key="px_p_kind").set_value("Token spec")
+    at.radio(key="px_p_kind").set_value("Token spec").run()
     at.text_input(key="px_p_id").set_value("A3")
     at.text_input(key="px_p_spec").set_value("1:40")
     at.button(key="FormSubmitter:px_arrive-Arrive").click().run()
@@ -294,7 +296,7 @@ def test_text_prompt_goes_through_the_tokenizer_or_says_it_is_missing():
         assert any("model file is not installed" in c.value for c in at.caption)
         return
     text = "You are a helpful assistant. " * 3
-    at.radio(key="px_p_kind").set_value("Text")
+    at.radio(key="px_p_kind").set_value("Text").run()
     at.text_area(key="px_p_text").set_value(text)
     at.button(key="FormSubmitter:px_arrive-Arrive").click().run()
     assert not errors(at), errors(at)
@@ -309,7 +311,7 @@ def test_upload_a_scenario_and_a_malformed_one():
     at.file_uploader(key="px_w_upload").upload("edge.toml", raw, "application/toml").run()
     no_exception(at)
     assert not errors(at), errors(at)
-    assert at.title[0].value == "Edge cases"
+    assert page_title(at) == "Edge cases"
     assert view(at).upload[0] == "edge.toml"
     step_to(at, 4)
     assert "duplicate" in markdown_text(at)
@@ -318,7 +320,7 @@ def test_upload_a_scenario_and_a_malformed_one():
     no_exception(at)
     errs = errors(at)
     assert len(errs) == 1 and "bad.toml: not valid TOML" in errs[0]
-    assert at.title[0].value == "Edge cases"  # the page keeps the last good scenario
+    assert page_title(at) == "Edge cases"  # the page keeps the last good scenario
 
 
 @pytest.mark.parametrize(
@@ -337,7 +339,7 @@ def test_hostile_uploads_show_one_error(content, needle):
     no_exception(at)
     errs = errors(at)
     assert len(errs) == 1 and needle in errs[0], errs
-    assert at.title[0].value == "Two chat turns"
+    assert page_title(at) == "Two chat turns"
     at.button(key="px_b_next").click().run()
     assert "arrive A1" in now_text(at)
 
@@ -351,7 +353,7 @@ def test_oversized_upload_is_refused():
 
 def test_downloads_round_trip():
     at = explorer()
-    at.radio(key="px_p_kind").set_value("Token spec")
+    at.radio(key="px_p_kind").set_value("Token spec").run()
     at.text_input(key="px_p_spec").set_value("0:100")
     at.button(key="FormSubmitter:px_arrive-Arrive").click().run()
     labels = [d.proto.label for d in at.download_button]
@@ -394,7 +396,7 @@ def test_bad_url_parameters_show_an_error_and_fall_back(q):
     at = explorer(query=q)
     no_exception(at)
     assert len(errors(at)) == 1
-    assert at.title[0].value == "Two chat turns"
+    assert page_title(at) == "Two chat turns"
     at.button(key="px_b_next").click().run()
     assert "arrive A1" in now_text(at)
 
@@ -413,7 +415,7 @@ def test_edits_that_do_not_replay_from_a_link_stop_the_replay_there():
 def test_presenter_mode_hides_the_sidebar_and_enlarges():
     at = explorer(query={"presenter": "1", "step": "6"})
     style = next(h.value for h in at.html if h.value.startswith("<style>"))
-    assert 'section[data-testid="stSidebar"]' in style and "font-size: 21px" in style
+    assert 'section[data-testid="stSidebar"]' in style and "font-size: 24px" in style
     at.button(key="px_b_leave_presenter").click().run()
     assert not view(at).presenter
     style = next(h.value for h in at.html if h.value.startswith("<style>"))
@@ -439,4 +441,4 @@ def test_big_pool_becomes_a_heat_strip():
     at = explorer(view=ViewState(lesson=None, upload=("big.toml", toml), step=2))
     no_exception(at)
     assert len(at.get("plotly_chart")) == 1
-    assert "changed by this step (188)" in all_html(at)
+    assert 'data-px-changed="188"' in all_html(at)

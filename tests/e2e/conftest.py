@@ -1,0 +1,102 @@
+"""One `streamlit run app.py` on loopback for the whole test session, and Debian's chromium.
+
+Playwright's sync API drives the system browser (no browser download). Screenshots go to
+test-output/ (gitignored).
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SHOTS = REPO / "test-output" / "e2e"
+IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def px_app_url():
+    """The app under `streamlit run`, started once per test session."""
+    port = _free_port()
+    log = (REPO / "test-output")
+    log.mkdir(exist_ok=True)
+    out = open(log / "e2e-streamlit.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.fileWatcherType", "none",
+         "--browser.gatherUsageStats", "false", "--server.address", "127.0.0.1", "--server.port", str(port)],
+        cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 120
+    try:
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"streamlit did not come up (see {log / 'e2e-streamlit.log'})")
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        out.close()
+
+
+@pytest.fixture(scope="session")
+def px_browser():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+@pytest.fixture
+def px_page(px_browser):
+    ctx = px_browser.new_context(viewport={"width": 1500, "height": 1000}, accept_downloads=True)
+    ctx.set_default_timeout(90_000)
+    pg = ctx.new_page()
+    try:
+        yield pg
+    finally:
+        ctx.close()
+
+
+def wait_idle(page) -> None:
+    page.locator(IDLE).wait_for(timeout=90_000)
+    # widgets whose frontend code is still loading show as skeletons for a moment
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stSkeleton\"]')", timeout=90_000)
+
+
+def shot(page, name: str, full: bool = False) -> Path:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    path = SHOTS / f"{name}.png"
+    wait_idle(page)
+    page.screenshot(path=str(path), full_page=full, timeout=120_000)
+    return path

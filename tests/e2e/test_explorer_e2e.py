@@ -1,0 +1,209 @@
+"""The explorer in a real browser: step a lesson to the end against the replay JSON, type a
+prompt in the playground, open a shared link, click a block, download the session, and check
+that two browser sessions do not see each other's state."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+
+import pytest
+from playwright.sync_api import expect
+
+from explorer.hashcalc import block_hash_table
+from explorer.scenario import load_scenario, parse_scenario_text
+from explorer.trace import replay
+from tests.e2e.conftest import REPO, shot, wait_idle
+
+pytestmark = pytest.mark.e2e
+
+LESSON = REPO / "lessons" / "00_two_chat_turns.toml"
+PANEL_ORDER = ["hashing", "lookup", "allocate", "caching", "free", "eviction"]
+
+
+def _open(page, url: str, expect_text: str) -> None:
+    page.goto(url)
+    expect(page.locator(".px-now .px-headline")).to_contain_text(expect_text, timeout=90_000)
+    wait_idle(page)
+
+
+def _headline(page) -> str:
+    return page.locator(".px-now .px-headline").inner_text()
+
+
+def _click(page, key: str, then_text: str, where: str = ".px-now .px-headline") -> None:
+    page.locator(f".st-key-{key} button").first.click()
+    expect(page.locator(where)).to_contain_text(then_text, timeout=90_000)
+    wait_idle(page)
+
+
+def _sidebar_section(page, key: str) -> None:
+    """Open a sidebar expander by its key (px_x_engine, px_x_playground, px_x_files)."""
+    details = page.locator(f".st-key-{key} details").first
+    if details.get_attribute("open") is None:
+        details.locator("summary").click()
+    expect(details).to_have_attribute("open", "")
+
+
+def test_step_a_lesson_to_the_end_against_the_replay_json(px_page, px_app_url):
+    page = px_page
+    js = replay(load_scenario(LESSON)).to_json()
+    sc = load_scenario(LESSON)
+    steps = js["steps"]
+    _open(page, f"{px_app_url}/?lesson=00_two_chat_turns", "Step 0 of 20")
+    shot(page, "explorer-step-00")
+    for k, s in enumerate(steps, start=1):
+        who = f"{s['op']} {s['id']}"
+        _click(page, "px_b_next", f"Step {k} of {len(steps)}: {who}")
+        now = page.locator(".px-now").inner_text()
+        kinds = [e["type"] for e in s["events"]]
+        for kind in set(kinds):
+            assert f"{kinds.count(kind)} {kind}" in now
+        panels = page.locator("[data-px-panel]").evaluate_all("els => els.map(e => e.dataset.pxPanel)")
+        assert panels == sorted(panels, key=PANEL_ORDER.index)
+        if s["op"] == "admit":
+            assert panels[:2] == ["lookup", "allocate"]
+            hit = s["hit_tokens"]
+            lookup = page.locator(".st-key-px_panel_lookup").inner_text()
+            assert f"{hit:,} tokens" in lookup
+            if s["new_block_ids"]:
+                alloc = page.locator(".st-key-px_panel_allocate").inner_text()
+                assert f"get_new_blocks: {len(s['new_block_ids'])} popped from the head" in alloc
+        if s["op"] == "finish":
+            assert panels == ["free"]
+        if "BlockRemoved" in kinds:
+            ev = page.locator(".st-key-px_panel_eviction").inner_text()
+            assert f"{kinds.count('BlockRemoved')} events this step" in ev
+        if sc.ops[k - 1].note:
+            expect(page.locator("[data-px-note]")).to_contain_text(sc.ops[k - 1].note[:40])
+        if k in (1, 6, 17):
+            shot(page, f"explorer-step-{k:02d}")
+    final = js["final"]
+    assert page.locator("[data-px-free]").get_attribute("data-px-free") == str(len(final["free_queue"]))
+    assert page.locator("[data-px-map]").get_attribute("data-px-map") == str(len(final["cached"]))
+    assert page.get_by_test_id("stMetricValue").first.inner_text().strip() == f"{final['stats']['queries']:,}"
+    expect(page.locator(".st-key-px_b_next button").first).to_be_disabled()
+    assert re.search(r"[?&]step=20(&|$)", page.url)
+
+
+def test_type_a_prompt_in_the_playground(px_page, px_app_url):
+    from explorer.tokens import encode_text, tokenizer_available
+
+    page = px_page
+    _open(page, f"{px_app_url}/?lesson=00_two_chat_turns&step=20", "Step 20 of 20")
+    _sidebar_section(page, "px_x_playground")
+    if tokenizer_available():
+        text = "You are a helpful assistant. Please summarise the following document in three sentences."
+        page.locator(".st-key-px_p_text textarea").fill(text)
+        n = len(encode_text(text))
+    else:
+        page.locator(".st-key-px_p_kind").get_by_text("Token spec").click()
+        page.locator(".st-key-px_p_spec input").fill("0:480, 8000:8040")
+        n = 520
+    page.get_by_test_id("stSidebar").get_by_role("button", name="Arrive").click()
+    expect(page.locator(".px-now .px-headline")).to_contain_text("Step 21 of 21: arrive P1", timeout=90_000)
+    wait_idle(page)
+    assert f"arrives with {n:,} tokens" in page.locator(".px-now").inner_text()
+    shot(page, "playground-arrive")
+    _click(page, "px_b_admit", "Step 22 of 22: admit P1")
+    assert "P1" in page.locator("[data-px-request]").last.inner_text()
+    _click(page, "px_b_finish", "Step 23 of 23: finish P1")
+    assert "step=23" in page.url and "ed=" in page.url
+
+
+def test_a_shared_link_opens_the_same_step(px_browser, px_page, px_app_url):
+    page = px_page
+    _open(page, f"{px_app_url}/?lesson=00_two_chat_turns&step=5", "Step 5 of 20")
+    _sidebar_section(page, "px_x_engine")
+    bs = page.locator(".st-key-px_w_bs input")
+    bs.fill("32")
+    bs.press("Enter")
+    expect(page.locator(".px-title-sub")).to_contain_text("block size 32", timeout=90_000)
+    wait_idle(page)
+    _click(page, "px_b_next", "Step 6 of 20: admit B1")
+    url = page.url
+    assert "bs=32" in url and "step=6" in url
+    headline, digest = _headline(page), page.locator(".st-key-px_panel_lookup").inner_text()
+    other = px_browser.new_context(viewport={"width": 1500, "height": 1000})
+    try:
+        p2 = other.new_page()
+        _open(p2, url, "Step 6 of 20: admit B1")
+        assert _headline(p2) == headline
+        assert p2.locator(".st-key-px_panel_lookup").inner_text() == digest
+        assert "(544 - 1) // 32 = 16" in digest
+        shot(p2, "shared-link")
+    finally:
+        other.close()
+
+
+def test_two_browser_sessions_do_not_share_state(px_browser, px_app_url):
+    a_ctx = px_browser.new_context(viewport={"width": 1400, "height": 900})
+    b_ctx = px_browser.new_context(viewport={"width": 1400, "height": 900})
+    try:
+        a, b = a_ctx.new_page(), b_ctx.new_page()
+        _open(a, f"{px_app_url}/", "Step 0 of 20")
+        _open(b, f"{px_app_url}/", "Step 0 of 20")
+        for _ in range(3):
+            _click(a, "px_b_next", "Step")
+        expect(a.locator(".px-now .px-headline")).to_contain_text("Step 3 of 20")
+        b.reload()
+        expect(b.locator(".px-now .px-headline")).to_contain_text("Step 0 of 20", timeout=90_000)
+        wait_idle(b)
+        _click(b, "px_b_last", "Step 20 of 20")
+        a.locator(".st-key-px_b_back button").first.click()
+        expect(a.locator(".px-now .px-headline")).to_contain_text("Step 2 of 20", timeout=90_000)
+        wait_idle(a)
+        assert "Step 20 of 20" in _headline(b)
+    finally:
+        a_ctx.close()
+        b_ctx.close()
+
+
+def test_clicking_a_block_shows_its_history(px_page, px_app_url):
+    page = px_page
+    _open(page, f"{px_app_url}/?lesson=00_two_chat_turns&step=13", "Step 13 of 20: admit B2")
+    page.locator("body[data-px-click-ready]").wait_for(state="attached")
+    page.locator('.px-grid [data-px-block="1"]').click()
+    expect(page.locator("[data-px-history]")).to_contain_text("taken by B2 as its block 0", timeout=90_000)
+    wait_idle(page)
+    assert "block=1" in page.url
+    text = page.locator("[data-px-history]").inner_text()
+    assert "taken by A1 as its block 0" in text and "got hash" in text
+    page.locator(".st-key-px_history").scroll_into_view_if_needed()
+    shot(page, "block-history")
+
+
+def test_download_the_session_as_a_scenario(px_page, px_app_url):
+    page = px_page
+    _open(page, f"{px_app_url}/?lesson=00_two_chat_turns&step=3", "Step 3 of 20")
+    _sidebar_section(page, "px_x_files")
+    with page.expect_download() as dl:
+        page.get_by_test_id("stSidebar").get_by_text("Download the session as a scenario (TOML)").click()
+    text = open(dl.value.path(), encoding="utf-8").read()
+    tomllib.loads(text)
+    again = replay(parse_scenario_text(text, "session.toml"))
+    assert again.to_json() == replay(load_scenario(LESSON)).to_json()
+
+
+def test_presenter_mode_hides_the_sidebar(px_page, px_app_url):
+    page = px_page
+    _open(page, f"{px_app_url}/?lesson=00_two_chat_turns&step=6&presenter=1", "Step 6 of 20")
+    expect(page.get_by_test_id("stSidebar")).to_be_hidden()
+    size = page.locator(".px-now .px-headline").evaluate("e => parseFloat(getComputedStyle(e).fontSize)")
+    assert size > 26
+    shot(page, "presenter-step-06")
+    page.locator(".st-key-px_b_leave_presenter button").first.click()
+    expect(page.get_by_test_id("stSidebar")).to_be_visible(timeout=90_000)
+    wait_idle(page)
+
+
+def test_hash_calculator_page(px_page, px_app_url):
+    page = px_page
+    page.goto(f"{px_app_url}/hash")
+    expect(page.locator("[data-px-hash-table]")).to_be_visible(timeout=90_000)
+    wait_idle(page)
+    want = block_hash_table(list(range(48)), 16, "sha256", None)
+    table = page.locator("[data-px-hash-table]").inner_text()
+    for b in want["blocks"]:
+        assert b["hash"] in table and str(b["external"]) in table
+    shot(page, "hash-calculator")
