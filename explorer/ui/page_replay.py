@@ -261,9 +261,30 @@ def _results(res: dict[str, Any]) -> None:
     st.dataframe(rows, hide_index=True)
 
 
+RULES = """
+- **Cache size** is vLLM's `num_gpu_blocks`: block 0 is the null block, so *N* blocks hold
+  *N - 1* blocks of KV. A request that could not fit even in an empty cache (its prompt, plus
+  with outputs every output token but the last, over *N - 1* blocks) is skipped: it still
+  counts in the prompt tokens, with no hit.
+- **Hit rate** is hit tokens / prompt tokens over every request. A lookup never covers a
+  prompt's last token (the model must compute at least one), so a fully cached prompt
+  recomputes its last block.
+- **vLLM free-queue order**: a finished request's blocks return to the free queue tail first,
+  so the tail of its prompt is evicted before its head, and a shared system prompt survives
+  longest. **Plain LRU** evicts in token order instead: the head of a chain goes first.
+- **Concurrency**: requests arrive at their timestamps and queue first come, first served;
+  each holds its blocks for output_length x the decode time, and others can hit them
+  meanwhile. With outputs, a request is admitted only when its whole output fits.
+- The shipped trace is Mooncake's synthetic trace (3,993 requests, 61M prompt tokens); its
+  whole replay at block size 16 takes minutes, so start with a few hundred requests.
+"""
+
+
 def render() -> None:
     st.header("Replay a trace: cache size and eviction policy")
     st.markdown(INTRO)
+    with st.expander("How the replay works"):
+        st.markdown(RULES)
     running = _state().get(JOB) is not None
 
     source = st.radio("Trace", [SHIPPED, UPLOAD], key="replay_source", horizontal=True, disabled=running)
