@@ -173,7 +173,7 @@ def hashing_panel(trace: Trace, k: int) -> Panel | None:
             s.append("prompt_logprobs is set: the hashes exist, but the lookup will be skipped because every prompt token must be computed.")
         elif full:
             s.append("KV events publish each digest's last 8 bytes as a 64-bit integer (the event form below).")
-        refs = refs_arrive + ((REFS["extra_keys"],) if extra else ()) + (REFS["event_hash"],)
+        refs = refs_arrive + (REFS["none_hash"],) + ((REFS["extra_keys"],) if extra else ()) + (REFS["event_hash"],)
         return Panel("hashing", 1, PANEL_TITLES["hashing"], refs, tuple(s), f"{full} hashed")
     if op.op in ("sample", "generate") and step.hashed:
         req = _req(trace, k, op.id)

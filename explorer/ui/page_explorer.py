@@ -483,9 +483,9 @@ def _playground(view: ViewState, sc: Scenario | None, trace: Trace | None) -> No
     cols = st.columns(2)
     cols[0].button("Finish", on_click=_act, args=("finish",), key="px_b_finish", width="stretch")
     cols[1].button("Preempt", on_click=_act, args=("preempt",), key="px_b_preempt", width="stretch")
-    c1, c2 = st.columns([1, 1])
-    c1.button("Reset cache", on_click=_act, args=("reset",), key="px_b_reset", width="stretch")
-    c2.checkbox("running = true", key="px_a_running", help="Preempt every running request first, as vLLM's reset does.")
+    st.checkbox("reset preempts running requests (running = true)", key="px_a_running",
+                help="Preempt every running request first, last started first, as vLLM's scheduler does on a reset.")
+    st.button("Reset the prefix cache", on_click=_act, args=("reset",), key="px_b_reset", width="stretch")
     if view.edits:
         st.caption(f"{len(view.edits)} playground step(s), appended after the scenario's own.")
         c1, c2 = st.columns(2)
@@ -528,9 +528,12 @@ def _autoplay(n: int) -> None:
         if time.monotonic() - st.session_state.get("px_rendered_at", 0.0) < interval * 0.8:
             return  # this is the page's own run, not a tick
         view = _view()
-        if view.step < st.session_state.get("px_n_steps", 0):
+        last = st.session_state.get("px_n_steps", 0)
+        if view.step < last:
             _set_view(view.with_(step=view.step + 1))
             st.session_state["px_pending_step"] = view.step + 1
+            if view.step + 1 >= last:
+                st.session_state["px_stop_play"] = True  # the toggle switches off at the last step
             st.rerun(scope="app")
 
     _tick()
@@ -593,6 +596,9 @@ def _panels(trace: Trace, k: int, changed: set[int], selected: int | None) -> No
                 if step.hashed and step.hashed[0].index > 0 and req is not None:
                     parent = req.block_hashes[step.hashed[0].index - 1]
                 body = vh.hashing_html(step, trace.none_hash, parent, n, bs, ints, _snippets(step))
+                if len(step.hashed) > 1:
+                    with st.expander(f"All {len(step.hashed):,} digests in full"):
+                        st.html(vh.digest_table_html(step.hashed, ints))
             elif p.key == "lookup":
                 body = vh.lookup_html(step, step.lookup.num_tokens // bs, bs)
             elif p.key == "allocate":
@@ -703,6 +709,7 @@ def _metrics(trace: Trace, k: int) -> None:
     c[1].metric(f"Window ({snap.window_requests} req.)", f"{snap.window_hit_rate:.1%}",
                 help="vLLM's logged rate: the last ~1000 requests (CachingMetrics), preempted ones excluded.")
     st.caption(explain.metrics_sentence(trace, k) + f" Preempted: {s['preempted_requests']} requests, {s['preempted_hits']:,} of {s['preempted_queries']:,} tokens hit.")
+    st.html(f'<div class="px-refs">{_refs_line((explain.REFS["record_stats"], explain.REFS["prefix_cache_stats"], explain.REFS["caching_metrics"]))}</div>')
     st.html(vh.svg_img(vh.hit_rate_svg(trace, k), f"Hit rate after each step, total and windowed; step {k} marked."))
 
 

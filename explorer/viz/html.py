@@ -306,6 +306,21 @@ def hashing_html(step: Step, none_hash: bytes | None, parent: bytes | None, num_
     return '<div class="px-chain">' + arrow.join([start, *cards]) + (arrow + tail if tail else "") + "</div>"
 
 
+def digest_table_html(hashed, int_hashes: bool = True, cap: int = 256) -> str:
+    """Every block hash of the step in full, with its event form and tagged extra keys."""
+    rows = []
+    for hb in hashed[:cap]:
+        ev = str(hb.external) if int_hashes else "raw digest"
+        rows.append(
+            f"<tr><td>{hb.index}</td><td>{hb.start:,}-{hb.end - 1:,}</td><td><code class='px-digest'>{hb.hash.hex()}</code></td>"
+            f"<td><code>{ev}</code></td><td>{_extra_label(hb.extra_keys)}</td></tr>"
+        )
+    more = len(hashed) - cap
+    foot = f"<tr><td colspan='5' class='px-more'>&hellip; {more:,} more: the hash calculator page or the replay JSON has them all</td></tr>" if more > 0 else ""
+    return ("<div class='px-scroll'><table class='px-table px-hash-table' data-px-digests='1'><tr><th>block</th><th>tokens</th>"
+            "<th>digest</th><th>event hash</th><th>extra keys</th></tr>" + "".join(rows) + foot + "</table></div>")
+
+
 def lookup_html(step: Step, num_full_blocks: int, block_size: int, show: int = 40) -> str:
     lk = step.lookup
     if lk is None or lk.skipped:
@@ -413,7 +428,7 @@ def free_html(step: Step, after: Snapshot, changed: set[int], selected: int | No
     order = [f.block_id for f in step.freed]
     out.append(
         '<div class="px-row"><span class="px-rowlabel">free order (block table reversed)</span>'
-        + "".join(_elide([f"<code>#{b}</code>" for b in order], 30, 6, "blocks")) + "</div>"
+        + "".join(_elide([f'<span class="px-ord">{b}</span>' for b in order], 30, 6, "blocks")) + "</div>"
     )
     for to, label in (("front", "&rarr; front of the free queue (no hash: reused first)"),
                       ("back", "&rarr; back of the free queue (hashed: stays cached)"),

@@ -136,6 +136,19 @@ def test_a_shared_link_opens_the_same_step(px_browser, px_page, px_app_url):
         other.close()
 
 
+def test_autoplay_steps_to_the_end_and_stops(px_page, px_app_url):
+    page = px_page
+    _open(page, f"{px_app_url}/?lesson=00_two_chat_turns&step=17", "Step 17 of 20")
+    page.locator(".st-key-px_w_speed").click()
+    page.get_by_role("option", name="4x").click()
+    wait_idle(page)
+    page.locator(".st-key-px_w_play label").first.click()
+    expect(page.locator(".px-now .px-headline")).to_contain_text("Step 20 of 20", timeout=90_000)
+    wait_idle(page)
+    expect(page.locator(".st-key-px_w_play input")).not_to_be_checked(timeout=30_000)
+    assert "step=20" in page.url
+
+
 def test_two_browser_sessions_do_not_share_state(px_browser, px_app_url):
     a_ctx = px_browser.new_context(viewport={"width": 1400, "height": 900})
     b_ctx = px_browser.new_context(viewport={"width": 1400, "height": 900})

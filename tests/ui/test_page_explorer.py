@@ -442,3 +442,16 @@ def test_big_pool_becomes_a_heat_strip():
     no_exception(at)
     assert len(at.get("plotly_chart")) == 1
     assert 'data-px-changed="188"' in all_html(at)
+
+
+def test_without_the_tokenizer_the_playground_offers_token_specs(monkeypatch):
+    from explorer import tokens as tokens_module
+
+    monkeypatch.setattr(tokens_module, "tokenizer_available", lambda: False)
+    at = explorer()
+    no_exception(at)
+    assert at.radio(key="px_p_kind").options == ["Token spec"]
+    assert any("model file is not installed" in c.value for c in at.caption)
+    at.text_input(key="px_p_spec").set_value("0:40")
+    at.button(key="FormSubmitter:px_arrive-Arrive").click().run()
+    assert not errors(at) and "arrive P1" in now_text(at)

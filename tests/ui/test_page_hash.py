@@ -108,3 +108,12 @@ def test_text_input_uses_the_tokenizer():
     ids = encode_text(text)
     want = block_hash_table(ids, 16, "sha256", None)
     assert want["blocks"] and _digests(at) == [b["hash"] for b in want["blocks"]]
+
+
+def test_without_the_tokenizer_text_is_not_offered(monkeypatch):
+    from explorer import tokens as tokens_module
+
+    monkeypatch.setattr(tokens_module, "tokenizer_available", lambda: False)
+    at = hash_page()
+    assert at.radio(key="px_h_kind").options == ["Token spec"]
+    assert any("model file is not installed" in c.value for c in at.caption)
