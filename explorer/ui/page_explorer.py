@@ -595,7 +595,7 @@ def _panels(trace: Trace, k: int, changed: set[int], selected: int | None) -> No
                 parent = None
                 if step.hashed and step.hashed[0].index > 0 and req is not None:
                     parent = req.block_hashes[step.hashed[0].index - 1]
-                body = vh.hashing_html(step, trace.none_hash, parent, n, bs, ints, _snippets(step))
+                st.html(vh.hashing_html(step, trace.none_hash, parent, n, bs, ints, _snippets(step)))
                 if len(step.hashed) > 1:
                     with st.expander(f"All {len(step.hashed):,} digests in full"):
                         st.html(vh.digest_table_html(step.hashed, ints))

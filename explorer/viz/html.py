@@ -348,14 +348,15 @@ def lookup_html(step: Step, num_full_blocks: int, block_size: int, show: int = 4
             return ""
         return f'<div class="px-seg {cls}" style="flex-grow:{n}" title="{_e(label)}">{_e(label) if n / total > 0.08 else ""}</div>'
 
+    cap_at = 100 * lk.cap_blocks / total
     ruler = (
-        '<div class="px-ruler">'
+        '<div class="px-ruler-wrap"><div class="px-ruler">'
         + seg(hits, "px-hit", f"{hits} hit")
         + seg(miss, "px-miss", "miss")
         + seg(unprobed, "px-off", f"{unprobed} not probed")
         + seg(beyond, "px-beyond", f"{beyond} past the cap")
         + seg(partial, "px-tailseg", "tail")
-        + "</div>"
+        + f'</div><div class="px-capline{" px-capline-r" if cap_at > 75 else ""}" style="left:{cap_at:.2f}%" data-px-cap="{lk.cap_blocks}"><span>cap: {lk.cap_blocks} blocks</span></div></div>'
         + f'<div class="px-ruler-caption">blocks 0-{max(num_full_blocks - 1, 0)} of the request; the cap lets the walk look at {lk.cap_blocks} of them '
         f"(({lk.num_tokens:,} - 1) // {block_size}); hit = {lk.hit_tokens:,} tokens</div>"
     )
