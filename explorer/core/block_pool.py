@@ -152,14 +152,17 @@ class BlockPool:
         use_int = self.use_int_block_hashes
         new_hashes = []
         extra_keys = []
+        # The key is digest + 4-byte group id (make_block_hash_with_group_id), built inline:
+        # this loop runs once per cached block and dominates long replays.
+        group_suffix = make_block_hash_with_group_id(BlockHash(b""), kv_cache_group_id)
         for i in range(num_cached_blocks, num_full_blocks):
             blk = blocks[i]
             if blk.is_null:
                 continue
             block_hash = request.block_hashes[i]
-            key = make_block_hash_with_group_id(block_hash, kv_cache_group_id)
+            key = block_hash + group_suffix
             # A block that already holds this key (a hit) is left alone.
-            if blk.block_hash != key:
+            if blk._block_hash != key:
                 blk.set_block_hash(key)
                 self.cached_block_hash_to_block.insert(key, blk)
             if self.enable_kv_cache_events:
@@ -196,7 +199,7 @@ class BlockPool:
             raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
         ret = self.free_block_queue.popleft_n(num_blocks)
         for block in ret:
-            if self.enable_caching:
+            if self.enable_caching and block._block_hash is not None:
                 self._maybe_evict_cached_block(block)
             assert block.ref_cnt == 0
             block.ref_cnt = 1
@@ -238,7 +241,7 @@ class BlockPool:
         for block in ordered_blocks:
             block.ref_cnt -= 1
             if block.ref_cnt == 0 and not block.is_null:
-                if block.block_hash is None or not self.enable_caching:
+                if block._block_hash is None or not self.enable_caching:
                     evict_first.append(block)
                 else:
                     evict_last.append(block)

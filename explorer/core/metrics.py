@@ -1,4 +1,4 @@
-"""Prefix cache statistics (vllm/v1/metrics/stats.py:116-143, loggers.py:35-113)."""
+"""Prefix cache statistics (vllm/v1/metrics/stats.py: CachingMetrics at 35-113, PrefixCacheStats at 116-143)."""
 
 from __future__ import annotations
 
