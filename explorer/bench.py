@@ -26,7 +26,7 @@ from typing import Any
 
 from explorer.randgen import random_scenario, scenario_tokens
 from explorer.scenario import Scenario, parse_scenario_dict
-from explorer.trace import ScenarioEngine, Trace
+from explorer.trace import ScenarioEngine
 
 REPO = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
@@ -50,17 +50,7 @@ def _lean_loop(scenario: Scenario, hash_seed: str | None = None) -> tuple[float,
 
 
 def _trace_json(scenario: Scenario, engine: ScenarioEngine, initial, steps: list) -> dict[str, Any]:
-    ctx = engine.ctx
-    trace = Trace(
-        scenario=scenario,
-        hash_seed=None if ctx is None else ctx.hash_seed,
-        none_hash=None if ctx is None else bytes(ctx.none_hash),
-        initial=initial,
-        steps=tuple(steps),
-        reset_ok=tuple(engine.reset_ok),
-        final_snapshot=engine.snapshot(),
-    )
-    return trace.to_json()
+    return engine.trace(initial, steps).to_json()
 
 
 def time_ours(scenario: Scenario, repeat: int = DEFAULT_REPEAT) -> tuple[list[float], dict[str, Any]]:

@@ -20,6 +20,7 @@ from typing import Any
 
 from explorer.core.request import RequestStatus
 from explorer.scenario import CLI_LIMITS, Scenario, _Ctx, _LoraRegistry, _step, parse_scenario_dict
+from explorer.tokens import format_token_spec
 
 __all__ = ["Profile", "PROFILES", "random_scenario", "scenario_tokens"]
 
@@ -144,29 +145,6 @@ class _Prompt:
     mm: list[tuple[str, int, int]] = field(default_factory=list)  # (id, offset, length)
 
 
-def _spec_string(tokens: list[int]) -> str:
-    """The token list as a token spec: ascending runs as a:b, repeats as x*n."""
-    parts: list[str] = []
-    i, n = 0, len(tokens)
-    while i < n:
-        j = i
-        while j + 1 < n and tokens[j + 1] == tokens[j] + 1:
-            j += 1
-        if j - i >= 2:
-            parts.append(f"{tokens[i]}:{tokens[j] + 1}")
-            i = j + 1
-            continue
-        j = i
-        while j + 1 < n and tokens[j + 1] == tokens[i]:
-            j += 1
-        if j - i >= 2:
-            parts.append(f"{tokens[i]}*{j - i + 1}")
-        else:
-            parts.extend(str(t) for t in tokens[i : j + 1])
-        i = j + 1
-    return ", ".join(parts)
-
-
 class _Gen:
     def __init__(self, seed: int, profile: Profile, engine: dict[str, Any]) -> None:
         self.rng = random.Random(seed)
@@ -280,7 +258,7 @@ class _Gen:
         rng = self.rng
         prompt = self.new_prompt()
         step: dict[str, Any] = {"op": "arrive", "id": rid}
-        step["prompt"] = _spec_string(prompt.tokens) if rng.random() < self.p.p_spec_string else list(prompt.tokens)
+        step["prompt"] = format_token_spec(prompt.tokens) if rng.random() < self.p.p_spec_string else list(prompt.tokens)
         if prompt.lora is not None:
             step["lora"] = prompt.lora
             path = self.lora_paths[prompt.lora]
@@ -300,7 +278,7 @@ class _Gen:
     def output_tokens(self, room: int) -> list[int] | str:
         n = min(room, self.rng.randint(*self.p.gen_tokens))
         toks = self._tokens(n)
-        return _spec_string(toks) if self.rng.random() < self.p.p_spec_string else toks
+        return format_token_spec(toks) if self.rng.random() < self.p.p_spec_string else toks
 
 
 # ---- the generator ----------------------------------------------------------------------------

@@ -66,6 +66,7 @@ from explorer.events_zmq import KVEventStream, live_frames
 from explorer.prefill.configs import LLAMA3_8B_SHAPE
 from explorer.prefill.estimate import estimate_prefill
 from explorer.scenario import EngineConfig, Op, Scenario
+from explorer.toml_write import toml_value
 from explorer.trace import ScenarioEngine
 
 POLICIES = ("prefix", "round_robin", "least_loaded")
@@ -476,25 +477,12 @@ def example_fleets() -> dict[str, Path]:
 # ---- writing a config back (share links, the editor) ----------------------------------------------
 
 
-def _tv(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)  # JSON escapes are TOML basic-string escapes
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_tv(x) for x in v) + "]"
-    raise TypeError(f"cannot write {type(v).__name__} as TOML")
-
 
 def dumps_fleet(cfg: FleetConfig) -> str:
     """Canonical TOML for a config: every key written, defaults included, one order."""
-    lines = [f"title = {_tv(cfg.title)}"]
+    lines = [f"title = {toml_value(cfg.title)}"]
     if cfg.description:
-        lines.append(f"description = {_tv(cfg.description)}")
+        lines.append(f"description = {toml_value(cfg.description)}")
 
     def table(name: str, obj: Any, skip: Sequence[str] = ()) -> None:
         lines.extend(["", f"[{name}]"])
@@ -504,7 +492,7 @@ def dumps_fleet(cfg: FleetConfig) -> str:
             v = getattr(obj, f.name)
             if v is None:
                 continue
-            lines.append(f"{f.name} = {_tv(v)}")
+            lines.append(f"{f.name} = {toml_value(v)}")
 
     table("fleet", cfg.fleet)
     table("router", cfg.router)
@@ -515,7 +503,7 @@ def dumps_fleet(cfg: FleetConfig) -> str:
     table("workload", w, skip)
     for p in w.prompts:
         lines.extend(["", "[[workload.system_prompt]]"])
-        lines.extend(f"{k} = {_tv(v)}" for k, v in p.as_toml().items())
+        lines.extend(f"{k} = {toml_value(v)}" for k, v in p.as_toml().items())
     table("failures", cfg.failures)
     table("prefill", cfg.prefill)
     return "\n".join(lines) + "\n"

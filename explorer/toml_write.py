@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 
-def _value(v: Any) -> str:
+def toml_value(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
@@ -22,9 +22,9 @@ def _value(v: Any) -> str:
         # JSON string escapes are valid TOML basic-string escapes.
         return json.dumps(v, ensure_ascii=False)
     if isinstance(v, Mapping):
-        return "{" + ", ".join(f"{_key(k)} = {_value(x)}" for k, x in v.items()) + "}"
+        return "{" + ", ".join(f"{_key(k)} = {toml_value(x)}" for k, x in v.items()) + "}"
     if isinstance(v, Sequence):
-        return "[" + ", ".join(_value(x) for x in v) + "]"
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
     raise TypeError(f"cannot write {type(v).__name__} as TOML")
 
 
@@ -33,12 +33,12 @@ def _key(k: str) -> str:
 
 
 def dumps_scenario(title: str, description: str, engine: Mapping[str, Any], steps: Sequence[Mapping[str, Any]]) -> str:
-    lines = [f"title = {_value(title)}"]
+    lines = [f"title = {toml_value(title)}"]
     if description:
-        lines.append(f"description = {_value(description)}")
+        lines.append(f"description = {toml_value(description)}")
     lines += ["", "[engine]"]
-    lines += [f"{_key(k)} = {_value(v)}" for k, v in engine.items()]
+    lines += [f"{_key(k)} = {toml_value(v)}" for k, v in engine.items()]
     for step in steps:
         lines += ["", "[[steps]]"]
-        lines += [f"{_key(k)} = {_value(v)}" for k, v in step.items()]
+        lines += [f"{_key(k)} = {toml_value(v)}" for k, v in step.items()]
     return "\n".join(lines) + "\n"

@@ -10,7 +10,7 @@ The web app never mutates an engine: it replays to step k and renders that snaps
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from explorer.core.events import KVCacheEvent, event_to_json
@@ -524,6 +524,19 @@ class ScenarioEngine:
 
     # ---- state -----------------------------------------------------------------------------
 
+    def trace(self, initial: Snapshot, steps: list[Step]) -> Trace:
+        """The Trace of the steps this engine applied (a lean engine keeps its final state)."""
+        ctx = self.ctx
+        return Trace(
+            scenario=self.scenario,
+            hash_seed=None if ctx is None else ctx.hash_seed,
+            none_hash=None if ctx is None else bytes(ctx.none_hash),
+            initial=initial,
+            steps=tuple(steps),
+            reset_ok=tuple(self.reset_ok),
+            final_snapshot=None if self.record else self.snapshot(),
+        )
+
     def snapshot(self) -> Snapshot:
         pool = self.pool
         single = self.manager.single_type_managers[0]
@@ -603,15 +616,5 @@ def replay(scenario: Scenario, hash_seed: str | None = None, upto: int | None = 
     engine = ScenarioEngine(scenario, hash_seed, record=record)
     initial = engine.snapshot()
     ops = scenario.ops if upto is None else scenario.ops[:upto]
-    steps = tuple(engine.apply(op) for op in ops)
-    final = None if record else engine.snapshot()
-    ctx = engine.ctx
-    return Trace(
-        scenario=scenario,
-        hash_seed=None if ctx is None else ctx.hash_seed,
-        none_hash=None if ctx is None else bytes(ctx.none_hash),
-        initial=initial,
-        steps=steps,
-        reset_ok=tuple(engine.reset_ok),
-        final_snapshot=final,
-    )
+    steps = [engine.apply(op) for op in ops]
+    return engine.trace(initial, steps)

@@ -339,16 +339,7 @@ def replay_until_error(scenario: Scenario) -> Replayed:
         except BadInput as e:
             error = str(e)
             break
-    ctx = engine.ctx
-    trace = Trace(
-        scenario=scenario,
-        hash_seed=None if ctx is None else ctx.hash_seed,
-        none_hash=None if ctx is None else bytes(ctx.none_hash),
-        initial=initial,
-        steps=tuple(steps),
-        reset_ok=tuple(engine.reset_ok),
-    )
-    return Replayed(trace, error)
+    return Replayed(engine.trace(initial, steps), error)
 
 
 def build(view: ViewState) -> tuple[Scenario, Replayed]:
