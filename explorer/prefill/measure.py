@@ -148,7 +148,8 @@ def measure_prefill(
     say(1.0, "done")
 
     is_cuda = model.device.type == "cuda"
-    where = torch.cuda.get_device_name(model.device) if is_cuda else f"CPU, {torch.get_num_threads()} torch threads"
+    threads = torch.get_num_threads()
+    where = torch.cuda.get_device_name(model.device) if is_cuda else f"CPU, {threads} torch thread{'s' * (threads > 1)}"
     return PrefillMeasurement(
         model=cfg.name,
         weights=cfg.weights_label,

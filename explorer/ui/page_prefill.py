@@ -16,8 +16,9 @@ import streamlit as st
 from explorer.errors import BadInput
 from explorer.prefill.configs import BLOCK_SIZE, MODELS
 from explorer.prefill.estimate import (
-    estimate_prefill,
+    estimate_for_model,
     flop_ideal_fraction,
+    format_seconds,
     gpu_peak_flops,
     walkthrough_estimate,
     walkthrough_table,
@@ -130,33 +131,40 @@ def _settings(caps: dict) -> tuple[str, str, int, int, int]:
     return name, device, prompt, hit, repeats
 
 
-def _estimate(name: str, prompt: int, hit: int, caps: dict) -> None:
+def _params(n: int) -> str:
+    return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n:,}"
+
+
+def _estimate(name: str, prompt: int, hit: int, caps: dict) -> tuple[float, float]:
+    """The estimate for these settings beside the walkthrough's; returns (peak, utilisation)."""
     cfg = MODELS[name]
     st.subheader("The estimate")
     left, right = st.columns(2)
     with left:
         st.markdown(
-            f"**{cfg.name}**: {cfg.total_params / 1e6:,.1f} M parameters "
-            f"({cfg.non_embedding_params / 1e6:,.1f} M outside the embedding). A {hit:,}-token hit of a "
-            f"{prompt:,}-token prompt skips **{hit / prompt:.1%}** of the tokens and "
-            f"**{flop_ideal_fraction(cfg, prompt, hit):.1%}** of the FLOPs (2 x non-embedding params per "
-            "token, 4 x layers x heads x head_dim per causal query-key pair, the LM head once)."
+            f"**{cfg.name}**: {_params(cfg.total_params)} parameters, {_params(cfg.non_embedding_params)} of them "
+            f"outside the embedding and LM head. A {hit:,}-token hit of a {prompt:,}-token prompt skips "
+            f"**{hit / prompt:.1%}** of the tokens and **{flop_ideal_fraction(cfg, prompt, hit):.1%}** of the FLOPs "
+            "(2 x non-embedding params per token, 4 x layers x heads x head_dim per causal query-key pair, "
+            "the LM head once)."
         )
         peak_default = (gpu_peak_flops(caps["gpu"]) if caps["gpu"] else None) or 989e12
         peak = st.number_input("Peak TFLOP/s (dense BF16)", min_value=1.0, value=peak_default / 1e12, key="pf_peak")
         util = st.slider("Assumed utilisation", 0.05, 1.0, 0.5, 0.05, key="pf_util")
-        e = estimate_prefill(cfg.total_params, prompt, hit, peak * 1e12, util, attention=cfg)
+        e = estimate_for_model(cfg, prompt, hit, peak * 1e12, util)
         st.markdown(
-            f"At {util:.0%} of {peak:,.0f} TFLOP/s: {e.per_token_s * 1e6:.3g} us per token; full prefill "
-            f"{e.full_s * 1e3:.3g} ms, cached {e.cached_s * 1e3:.3g} ms, **{e.saved_s * 1e3:.3g} ms saved "
-            f"({e.saved_fraction:.0%})**, attention term included."
+            f"At {util:.0%} of {peak:,.0f} TFLOP/s those FLOPs take: full prefill {format_seconds(e.full_s)}, "
+            f"cached {format_seconds(e.cached_s)}, **{format_seconds(e.saved_s)} saved ({e.saved_fraction:.0%})**."
         )
     with right:
-        st.markdown("**The interview walkthrough** (Llama 3.1 8B, H100, 50% of 989 TFLOP/s, no attention term):")
-        st.table({"": [r[0] for r in walkthrough_table()], "estimate": [r[1] for r in walkthrough_table()]})
+        st.markdown("**The interview walkthrough** (Llama 3.1 8B, H100, 50% of 989 TFLOP/s, 2 x 8.03e9 FLOPs "
+                    "per token, no attention term):")
+        rows = walkthrough_table()
+        st.table({"": [r[0] for r in rows], "estimate": [r[1] for r in rows]})
         w = walkthrough_estimate(with_attention=True)
         st.caption(f"With the attention term: {w.full_s * 1e3:.1f} ms full, {w.saved_s * 1e3:.1f} ms saved "
                    f"({w.saved_fraction:.0%}).")
+    return peak * 1e12, util
 
 
 def _show_result(r: dict) -> None:
@@ -164,13 +172,17 @@ def _show_result(r: dict) -> None:
         f"Measured **{r['model']}** ({r['weights']} weights) on **{r['device_name']}** ({r['device']}), "
         f"**{r['dtype']}**; median of {len(r['full_runs_ms'])} timed runs each after a warm-up."
     )
-    c = st.columns(5)
+    c = st.columns(3)
     c[0].metric("Full prefill", f"{r['full_ms']:,.1f} ms", help=f"computes all {r['prompt_tokens']:,} tokens")
     c[1].metric("Cached prefill", f"{r['cached_ms']:,.1f} ms",
-                help=f"computes {r['prompt_tokens'] - r['hit_tokens']:,} tokens")
-    c[2].metric("Saved", f"{r['saved_ms']:,.1f} ms", f"{r['saved_fraction']:.1%}")
-    c[3].metric("Ideal (tokens / FLOPs)", f"{r['ideal_fraction']:.1%} / {r['flop_ideal_fraction']:.1%}")
-    c[4].metric("MFU (full run)", "n/a on a CPU" if r["mfu"] is None else f"{r['mfu']:.0%}")
+                help=f"computes {r['prompt_tokens'] - r['hit_tokens']:,} tokens, reads {r['hit_tokens']:,} from the "
+                "pool")
+    c[2].metric("Saved", f"{r['saved_ms']:,.1f} ms", f"{r['saved_fraction']:.1%} of the full prefill")
+    c = st.columns(3)
+    c[0].metric("Ideal: tokens hit", f"{r['ideal_fraction']:.1%}")
+    c[1].metric("Ideal: FLOPs saved", f"{r['flop_ideal_fraction']:.1%}")
+    c[2].metric("MFU (full run)", "n/a" if r["mfu"] is None else f"{r['mfu']:.0%}",
+                help="FLOPs / time / the GPU's dense BF16 peak; none on a CPU or an unknown GPU")
     blocks = r["hit_block_ids"]
     text = f" = {r['greedy_text']!r}" if r.get("greedy_text") else ""
     st.markdown(
@@ -182,7 +194,7 @@ def _show_result(r: dict) -> None:
     )
 
 
-def _sweep(name: str, device: str, prompt: int, repeats: int) -> None:
+def _sweep(name: str, device: str, prompt: int, repeats: int, peak: float, util: float) -> None:
     from explorer.prefill.measure import sweep_hits
     from explorer.viz.prefill import sweep_figure
 
@@ -204,6 +216,10 @@ def _sweep(name: str, device: str, prompt: int, repeats: int) -> None:
     for p, h in cases:
         check_settings(name, device, p, h)
     results = _measure_many([(name, device, p, h, repeats) for p, h in cases])
+    if results[0]["device"] == "cuda":  # a peak means something on a GPU: draw the absolute estimate too
+        for r in results:
+            est = estimate_for_model(MODELS[name], r["prompt_tokens"], r["hit_tokens"], peak, util)
+            r["estimate_ms"] = est.cached_s * 1e3  # r is a copy: st.cache_data returns copies
     where = f"{results[0]['device_name']}, {results[0]['dtype']}, {results[0]['weights']} weights"
     st.plotly_chart(sweep_figure(results, title=f"{name} on {where}"), key="pf_sweep_fig")
     st.caption("Solid: measured cached prefill. Dotted: measured full prefill. Dashed: the full time scaled "
@@ -219,18 +235,21 @@ def render() -> None:
     except BadInput as e:
         st.error(str(e))
         return
-    _estimate(name, prompt, hit, caps)
+    peak, util = _estimate(name, prompt, hit, caps)
     if not caps["torch"]:
         return
 
     st.subheader("The measurement")
+    if name == "tiny":
+        st.caption("tiny takes milliseconds, so its times are mostly fixed per-layer overhead and noise: it shows "
+                   "the mechanism. smollm2-135m shows the saving (seconds per measurement on a CPU).")
     if st.button("Measure", type="primary", key="pf_go"):
         st.session_state[K_LAST] = (name, device, prompt, hit, repeats)
     try:
         last = st.session_state.get(K_LAST)
         if last is not None:
             _show_result(_measure_many([last])[0])
-        _sweep(name, device, prompt, repeats)
+        _sweep(name, device, prompt, repeats, peak, util)
     except BadInput as e:
         st.error(str(e))
     hint = max_hit(prompt)

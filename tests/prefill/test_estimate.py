@@ -78,3 +78,22 @@ def test_gpu_peaks():
     assert gpu_peak_flops("NVIDIA H100 PCIe") == 756e12
     assert gpu_peak_flops("NVIDIA A100-SXM4-80GB") == 312e12
     assert gpu_peak_flops("Some Future Accelerator") is None
+
+
+def test_estimate_for_model_saves_exactly_the_flop_ideal():
+    from explorer.prefill.estimate import estimate_for_model
+
+    e = estimate_for_model(LLAMA3_8B_SHAPE, 1200, 992, 989e12, 0.5)
+    assert e.saved_fraction == pytest.approx(flop_ideal_fraction(LLAMA3_8B_SHAPE, 1200, 992))
+    assert e.full_s == pytest.approx(prefill_flops(LLAMA3_8B_SHAPE, 1200, 0) / (989e12 * 0.5))
+    # 2 x non-embedding params only: a little under the walkthrough's 2 x 8.03e9 per token
+    assert e.per_token_s < walkthrough_estimate().per_token_s
+
+
+def test_format_seconds():
+    from explorer.prefill.estimate import format_seconds
+
+    assert format_seconds(0.0325e-3) == "32.5 us"
+    assert format_seconds(0.039) == "39 ms"
+    assert format_seconds(2.5) == "2.5 s"
+    assert format_seconds(5e-9) == "5 ns"
