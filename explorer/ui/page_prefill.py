@@ -41,12 +41,9 @@ def _capabilities() -> dict:
 
         caps["cuda"] = torch.cuda.is_available()
         caps["gpu"] = torch.cuda.get_device_name(0) if caps["cuda"] else None
-    try:
-        from explorer.prefill.weights import _find_gguf
+    from explorer.model_file import find_smollm2_gguf
 
-        caps["smollm2"] = _find_gguf() is not None and importlib.util.find_spec("gguf") is not None
-    except ImportError:  # no torch: the weights module cannot load, and it is not needed
-        caps["smollm2"] = False
+    caps["smollm2"] = find_smollm2_gguf() is not None and importlib.util.find_spec("gguf") is not None
     return caps
 
 
