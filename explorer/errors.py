@@ -9,3 +9,23 @@ escapes is a bug in the explorer, not in the input.
 
 class BadInput(ValueError):
     """User input that the explorer refuses, with a message meant for the user."""
+
+
+def read_user_file(path, what: str, max_bytes: int | None = None) -> bytes:
+    """The bytes of a file the user named, or a BadInput saying why not (missing, a directory,
+    unreadable, larger than ``max_bytes``). ``what`` names the kind of file in messages."""
+    from pathlib import Path
+
+    p = Path(path)
+    try:
+        if max_bytes is not None:
+            size = p.stat().st_size
+            if size > max_bytes:
+                raise BadInput(f"{p}: {size:,} bytes is more than the {max_bytes:,}-byte limit for a {what}")
+        return p.read_bytes()
+    except FileNotFoundError:
+        raise BadInput(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise BadInput(f"{p}: is a directory, not a {what}") from None
+    except OSError as e:
+        raise BadInput(f"{p}: cannot read ({e.strerror or e})") from None

@@ -61,7 +61,7 @@ from explorer.core.hashing import (
 )
 from explorer.core.kv_cache_utils import get_request_block_hasher
 from explorer.core.request import Request
-from explorer.errors import BadInput
+from explorer.errors import BadInput, read_user_file
 from explorer.events_zmq import KVEventStream, live_frames
 from explorer.prefill.configs import LLAMA3_8B_SHAPE
 from explorer.prefill.estimate import estimate_prefill
@@ -449,14 +449,7 @@ def parse_fleet_text(text: str, source: str = "<fleet>", limits: Limits = LIMITS
 
 def load_fleet(path: str | Path, limits: Limits = LIMITS) -> FleetConfig:
     p = Path(path)
-    try:
-        if p.stat().st_size > MAX_TOML_BYTES:
-            raise BadInput(f"{p.name}: more than {MAX_TOML_BYTES:,} bytes; a fleet file is small")
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise BadInput(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise BadInput(f"{path}: is a directory, not a fleet file") from None
+    raw = read_user_file(p, "fleet file", MAX_TOML_BYTES)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

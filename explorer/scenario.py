@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from explorer.core.hashing import HASH_ALGOS, resolve_none_hash_seed
-from explorer.errors import BadInput
+from explorer.errors import BadInput, read_user_file
 from explorer.tokens import parse_token_list, spec_length
 
 OPS = ("arrive", "admit", "sample", "decode", "generate", "finish", "preempt", "reset")
@@ -424,16 +424,7 @@ def parse_scenario_text(text: str, source: str = "<scenario>", limits: Limits = 
 
 
 def load_scenario(path: str | Path, limits: Limits = CLI_LIMITS) -> Scenario:
-    p = Path(path)
-    try:
-        raw = p.read_bytes()
-    except FileNotFoundError:
-        raise BadInput(f"{p}: no such file") from None
-    except IsADirectoryError:
-        raise BadInput(f"{p}: is a directory, not a scenario file") from None
-    except OSError as e:
-        raise BadInput(f"{p}: cannot read: {e.strerror}") from None
-    return parse_scenario_bytes(raw, str(p), limits)
+    return parse_scenario_bytes(read_user_file(path, "scenario file"), str(path), limits)
 
 
 def parse_scenario_bytes(raw: bytes, source: str, limits: Limits = CLI_LIMITS) -> Scenario:

@@ -63,7 +63,7 @@ from explorer.core.hashing import BlockHash, HashContext, init_none_hash
 from explorer.core.kv_cache_manager import KVCacheManager
 from explorer.core.kv_cache_utils import get_request_block_hasher, hash_block_tokens
 from explorer.core.request import Request, RequestStatus
-from explorer.errors import BadInput
+from explorer.errors import BadInput, read_user_file
 
 TRACE_BLOCK_TOKENS = 512  # Mooncake: one hash id per 512 prompt tokens
 MAX_MODEL_LEN = 1 << 20  # the engine's max_model_len: input + output must fit
@@ -187,17 +187,7 @@ def parse_trace_bytes(
 
 def load_trace(path: str | Path, limit: int | None = None, max_bytes: int = MAX_TRACE_BYTES) -> RequestTrace:
     p = Path(path)
-    try:
-        size = p.stat().st_size
-        if size > max_bytes:
-            raise BadInput(f"{p.name}: {size:,} bytes is more than the {max_bytes:,}-byte limit for a trace")
-        data = p.read_bytes()
-    except IsADirectoryError:
-        raise BadInput(f"{path}: is a directory, not a trace file") from None
-    except FileNotFoundError:
-        raise BadInput(f"{path}: no such file") from None
-    except OSError as e:
-        raise BadInput(f"{path}: cannot read ({e.strerror or e})") from None
+    data = read_user_file(p, "trace file", max_bytes)
     return parse_trace_bytes(data, p.name, limit, max_bytes)
 
 
