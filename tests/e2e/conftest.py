@@ -66,9 +66,9 @@ def px_app_url():
 
 @pytest.fixture(scope="session")
 def px_browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
+    from playwright import sync_api
     if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium")
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (scripts/setup_test_env.sh does)")
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:

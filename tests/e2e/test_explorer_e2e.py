@@ -156,8 +156,8 @@ def test_two_browser_sessions_do_not_share_state(px_browser, px_app_url):
         a, b = a_ctx.new_page(), b_ctx.new_page()
         _open(a, f"{px_app_url}/", "Step 0 of 20")
         _open(b, f"{px_app_url}/", "Step 0 of 20")
-        for _ in range(3):
-            _click(a, "px_b_next", "Step")
+        for i in range(1, 4):  # wait for each step: a click during a rerun can land on a stale button
+            _click(a, "px_b_next", f"Step {i} of 20")
         expect(a.locator(".px-now .px-headline")).to_contain_text("Step 3 of 20")
         b.reload()
         expect(b.locator(".px-now .px-headline")).to_contain_text("Step 0 of 20", timeout=90_000)
