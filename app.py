@@ -1,17 +1,14 @@
 """Prefix Cache Explorer: page setup and navigation, nothing else.
 
-Each page is a module in explorer/ui/ with a `render()`. A page appears only once its module
-file exists, so the app runs while pages are still being written.
+Each page is a module in explorer/ui/ with a `render()`, imported only when it is shown, so a
+page's heavy imports (torch, zmq) never slow the others down.
 """
 
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 
 import streamlit as st
-
-UI_DIR = Path(__file__).resolve().parent / "explorer" / "ui"
 
 # (module in explorer/ui, title, icon, url path); the first is the default page.
 PAGES = [
@@ -38,6 +35,5 @@ st.set_page_config(page_title="Prefix Cache Explorer", page_icon="🧱", layout=
 pages = [
     st.Page(_runner(module), title=title, icon=icon, url_path=url, default=(module == "page_explorer"))
     for module, title, icon, url in PAGES
-    if (UI_DIR / f"{module}.py").is_file()
 ]
 st.navigation(pages).run()

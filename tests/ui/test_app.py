@@ -1,4 +1,4 @@
-"""AppTest: app.py routes with st.navigation to every page module that exists."""
+"""AppTest: app.py routes with st.navigation to every page module."""
 
 from __future__ import annotations
 
