@@ -22,24 +22,23 @@ class _Parser(argparse.ArgumentParser):
         raise BadInput(f"{self.prog}: {message}")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
-    return v
+def _int_at_least(lo: int, what: str):
+    """An argparse type: an integer >= ``lo``."""
+
+    def convert(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {v}")
+        return v
+
+    return convert
 
 
-def _nonneg_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {v}")
-    return v
+_positive_int = _int_at_least(1, "a positive integer")
+_nonneg_int = _int_at_least(0, "a non-negative integer")
 
 
 def _nonneg_float(text: str) -> float:
