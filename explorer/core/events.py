@@ -7,7 +7,8 @@ an array ``[ts (float64), [events...], data_parallel_rank]``.
 
 The classes here are plain dataclasses with the same fields in the same order, and
 `event_to_map` produces exactly the map msgspec would write, so encoding that map with any
-msgpack encoder that keeps key order gives vLLM's bytes. msgspec is imported only by the codec.
+msgpack encoder that keeps key order gives vLLM's bytes. msgspec is imported only by the encoder;
+the checked decoder lives with the subscriber (`explorer.events_zmq.decode_payload`).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class AllBlocksCleared:
 
 
 KVCacheEvent = BlockStored | BlockRemoved | AllBlocksCleared
-EVENT_TYPES = {cls.__name__: cls for cls in (BlockStored, BlockRemoved, AllBlocksCleared)}
+EVENT_TYPES = (BlockStored, BlockRemoved, AllBlocksCleared)
 
 
 @dataclass(slots=True)
@@ -68,7 +69,7 @@ def _field_plan(cls) -> list[tuple[str, bool]]:
     return [(f.name, f.default is MISSING and f.default_factory is MISSING) for f in fields(cls)]
 
 
-_PLANS = {cls: _field_plan(cls) for cls in EVENT_TYPES.values()}
+_PLANS = {cls: _field_plan(cls) for cls in EVENT_TYPES}
 
 
 def event_to_map(event: KVCacheEvent) -> dict[str, Any]:
@@ -89,20 +90,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
-
-
-def event_from_map(m: dict[str, Any]) -> KVCacheEvent:
-    """Build an event from a decoded map; unknown keys are ignored, as msgspec does."""
-    cls = EVENT_TYPES.get(m.get("type"))  # type: ignore[arg-type]
-    if cls is None:
-        raise ValueError(f"unknown KV event type {m.get('type')!r}")
-    kwargs = {}
-    for name, always in _PLANS[cls]:
-        if name in m:
-            kwargs[name] = m[name]
-        elif always:
-            raise ValueError(f"{cls.__name__} is missing field {name!r}")
-    return cls(**kwargs)
 
 
 def to_json_value(value: Any) -> Any:
@@ -127,32 +114,3 @@ def encode_batch(batch: KVEventBatch) -> bytes:
     return msgspec.msgpack.encode(
         [float(batch.ts), [event_to_map(e) for e in batch.events], batch.data_parallel_rank]
     )
-
-
-def decode_batch(payload: bytes) -> KVEventBatch:
-    """Decode a payload; raises ValueError on anything that is not a well-formed batch."""
-    import msgspec
-
-    try:
-        raw = msgspec.msgpack.decode(payload)
-    except msgspec.DecodeError as e:
-        raise ValueError(f"malformed msgpack: {e}") from None
-    if not isinstance(raw, list) or len(raw) < 2:
-        raise ValueError("a KV event batch must be an array [ts, events, data_parallel_rank]")
-    ts, events = raw[0], raw[1]
-    dp_rank = raw[2] if len(raw) > 2 else None
-    if isinstance(ts, bool) or not isinstance(ts, (int, float)):
-        raise ValueError("batch ts is not a number")
-    if not isinstance(events, list):
-        raise ValueError("batch events is not an array")
-    if dp_rank is not None and (isinstance(dp_rank, bool) or not isinstance(dp_rank, int)):
-        raise ValueError("batch data_parallel_rank is not an int")
-    out = []
-    for m in events:
-        if not isinstance(m, dict):
-            raise ValueError("a KV event is not a map")
-        try:
-            out.append(event_from_map(m))
-        except TypeError as e:
-            raise ValueError(f"bad KV event: {e}") from None
-    return KVEventBatch(float(ts), out, dp_rank)

@@ -10,10 +10,10 @@ from explorer.core.events import (
     BlockRemoved,
     BlockStored,
     KVEventBatch,
-    decode_batch,
     encode_batch,
     event_to_map,
 )
+from explorer.events_zmq import decode_payload
 from tests.core.helpers import Sched
 
 
@@ -136,8 +136,8 @@ def test_rule_42_encode_then_msgspec_decode_round_trip():
     assert first.extra_keys == [["l", ["img", 10], "s"], ["l", ["img", -6]]]
     assert first.group_idx == 0 and first.kv_cache_spec_kind == "full_attention"
     assert isinstance(batch.events[1], WireBlockRemoved) and batch.events[1].block_hashes == events[1].block_hashes
-    # and our own decoder reads it back to equal events (extra_keys as lists)
-    back = decode_batch(wire)
+    # and the subscriber's decoder reads it back to equal events (extra_keys as lists)
+    back = decode_payload(wire)
     assert back.ts == 10.0 and back.data_parallel_rank == 0
     assert [type(e) for e in back.events] == [type(e) for e in events]
     assert back.events[1] == events[1]
@@ -155,8 +155,8 @@ def test_rule_42_plain_request_extra_keys_are_a_list_of_none():
 
 
 def test_rule_42_decode_rejects_malformed_payloads():
-    """Rule 42: our decoder refuses bytes that are not a batch, with ValueError."""
+    """Rule 42: the subscriber's decoder refuses bytes that are not a batch, with ValueError."""
     for bad in (b"\xc1", msgspec.msgpack.encode({"a": 1}), msgspec.msgpack.encode(["x", []]),
                 msgspec.msgpack.encode([1.0, [{"type": "Nope"}]])):
         with pytest.raises(ValueError):
-            decode_batch(bad)
+            decode_payload(bad)
