@@ -294,7 +294,7 @@ class ScenarioEngine:
         computed = req.num_computed_tokens + hit
         slots = min(computed + num_new, mgr.max_model_len)
         required = single.get_num_blocks_to_allocate(req.request_id, slots, hits)
-        free_hits = 0 if req.request_id in single.num_cached_block else sum(1 for b in hits if b.ref_cnt == 0 and not b.is_null)
+        free_hits = 0 if req.request_id in single.num_cached_block else single.get_num_evictable_blocks(hits)
         # The blocks allocate_slots will pop: the queue head, minus the hits it touches first.
         # Their hashes are read now, because popping evicts them.
         hit_ids = {b.block_id for b in hits}

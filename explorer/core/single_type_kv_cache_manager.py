@@ -50,8 +50,12 @@ class SingleTypeKVCacheManager:
         if request_id in self.num_cached_block:  # running: no new hits to adopt
             return max(num_required - num_req_blocks, 0)
         num_new = max(num_required - (len(new_computed_blocks) + num_req_blocks), 0)
-        num_evictable = sum(1 for b in new_computed_blocks if b.ref_cnt == 0 and not b.is_null)
-        return num_new + num_evictable
+        return num_new + self.get_num_evictable_blocks(new_computed_blocks)
+
+    @staticmethod
+    def get_num_evictable_blocks(blocks: Sequence[KVCacheBlock]) -> int:
+        """Hit blocks that sit in the free queue now: touching them takes them out of it."""
+        return sum(1 for b in blocks if b.ref_cnt == 0 and not b.is_null)
 
     def add_local_computed_blocks(self, request_id: str, new_computed_blocks: Sequence[KVCacheBlock]) -> None:
         """Adopt the hit blocks: touch them (ref_cnt + 1) and put them at the head of the
