@@ -71,7 +71,7 @@ class VllmSide:
         env = dict(os.environ)
         env.pop("PYTHONHASHSEED", None)
         env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-        self._stderr = tempfile.TemporaryFile(mode="w+b")
+        self._stderr = tempfile.TemporaryFile(mode="w+b")  # noqa: SIM115 (lives as long as the child process)
         self.proc = subprocess.Popen(
             [str(VLLM_PYTHON), str(DRIVER)],
             stdin=subprocess.PIPE,
@@ -181,12 +181,16 @@ def run_bench(num_ops: int, seed: int, repeat: int = DEFAULT_REPEAT, with_vllm: 
 def _print_human(r: dict[str, Any]) -> None:
     e = r["engine"]
     out = sys.stdout.write
-    out(f"scenario: {r['ops']:,} ops (seed {r['seed']}), {r['tokens']:,} tokens (prompts + outputs), "
+    out(
+        f"scenario: {r['ops']:,} ops (seed {r['seed']}), {r['tokens']:,} tokens (prompts + outputs), "
         f"block_size {e['block_size']}, {e['num_blocks']:,} blocks, {e['hash_algo']}, events "
-        f"{'on' if e['events'] else 'off'}\n")
+        f"{'on' if e['events'] else 'off'}\n"
+    )
     out("          " + ", ".join(f"{k} {v:,}" for k, v in sorted(r["op_counts"].items())) + "\n")
-    out(f"          {r['events']:,} KV events ({r['evictions']:,} evictions), {r['failed_allocations']:,} failed allocations, "
-        f"hit rate {r['hit_rate']:.1%}\n")
+    out(
+        f"          {r['events']:,} KV events ({r['evictions']:,} evictions), {r['failed_allocations']:,} failed allocations, "
+        f"hit rate {r['hit_rate']:.1%}\n"
+    )
     out(f"machine:  {r['cpus']} CPUs, Python {r['python']}; best of {r['repeat']} alternating rounds, op loop only\n")
     o = r["ours"]
     out(f"ours:     {o['ops_per_s']:>12,.0f} ops/s {o['tokens_per_s']:>14,.0f} tokens/s   ({o['seconds']:.3f} s)\n")

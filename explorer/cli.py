@@ -138,10 +138,17 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--outputs", action="store_true")
     t.add_argument("--json", action="store_true")
     t.add_argument("--num-blocks-list", metavar="N,N,...", help="a sweep over cache sizes, hashing once")
-    t.add_argument("--policy", default="vllm", choices=["vllm", "lru", "unbounded", "all"],
-                   help="vllm's free-queue order (default), or simulators (not vLLM): lru, unbounded")
-    t.add_argument("--concurrent", action="store_true",
-                   help="arrivals at their timestamps, FIFO admission, blocks held while decoding")
+    t.add_argument(
+        "--policy",
+        default="vllm",
+        choices=["vllm", "lru", "unbounded", "all"],
+        help="vllm's free-queue order (default), or simulators (not vLLM): lru, unbounded",
+    )
+    t.add_argument(
+        "--concurrent",
+        action="store_true",
+        help="arrivals at their timestamps, FIFO admission, blocks held while decoding",
+    )
     t.add_argument("--decode-ms", type=_nonneg_float, default=20.0, help="with --concurrent: ms per output token")
     t.set_defaults(func=_lazy("explorer.trace_replay", "cmd_replay"), parser=t)
 

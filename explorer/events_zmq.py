@@ -37,6 +37,7 @@ topic of its own (or a subscriber of its own) when they share a rank.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import heapq
 import json
@@ -178,35 +179,49 @@ def _build_decoder():
     Hash = int | bytes
     opts = dict(tag_field="type", omit_defaults=True)
     # (name, type) fields are required; (name, type, default) ones may be left out
-    stored = msgspec.defstruct("WireBlockStored", [
-        ("block_hashes", list[Hash]),
-        ("parent_block_hash", Hash | None),
-        ("token_ids", list[int]),
-        ("block_size", int),
-        ("lora_id", int | None),
-        ("medium", str | None),
-        ("lora_name", str | None),
-        ("extra_keys", list[tuple | None] | None, None),
-        ("group_idx", int | None, None),
-        ("kv_cache_spec_kind", str | None, None),
-        ("kv_cache_spec_sliding_window", int | None, None),
-        ("locality", str | None, None),
-        ("ownership", str | None, None),
-        ("session_id", str | None, None),
-    ], tag="BlockStored", **opts)
-    removed = msgspec.defstruct("WireBlockRemoved", [
-        ("block_hashes", list[Hash]),
-        ("medium", str | None),
-        ("group_idx", int | None, None),
-        ("locality", str | None, None),
-        ("ownership", str | None, None),
-    ], tag="BlockRemoved", **opts)
+    stored = msgspec.defstruct(
+        "WireBlockStored",
+        [
+            ("block_hashes", list[Hash]),
+            ("parent_block_hash", Hash | None),
+            ("token_ids", list[int]),
+            ("block_size", int),
+            ("lora_id", int | None),
+            ("medium", str | None),
+            ("lora_name", str | None),
+            ("extra_keys", list[tuple | None] | None, None),
+            ("group_idx", int | None, None),
+            ("kv_cache_spec_kind", str | None, None),
+            ("kv_cache_spec_sliding_window", int | None, None),
+            ("locality", str | None, None),
+            ("ownership", str | None, None),
+            ("session_id", str | None, None),
+        ],
+        tag="BlockStored",
+        **opts,
+    )
+    removed = msgspec.defstruct(
+        "WireBlockRemoved",
+        [
+            ("block_hashes", list[Hash]),
+            ("medium", str | None),
+            ("group_idx", int | None, None),
+            ("locality", str | None, None),
+            ("ownership", str | None, None),
+        ],
+        tag="BlockRemoved",
+        **opts,
+    )
     all_cleared = msgspec.defstruct("WireAllBlocksCleared", [], tag="AllBlocksCleared", **opts)
-    batch = msgspec.defstruct("WireBatch", [
-        ("ts", float),
-        ("events", list[stored | removed | all_cleared]),
-        ("data_parallel_rank", int | None, None),
-    ], array_like=True)
+    batch = msgspec.defstruct(
+        "WireBatch",
+        [
+            ("ts", float),
+            ("events", list[stored | removed | all_cleared]),
+            ("data_parallel_rank", int | None, None),
+        ],
+        array_like=True,
+    )
 
     astuple = msgspec.structs.astuple
     convert = {
@@ -799,9 +814,7 @@ class KVEventSubscriber:
         self.endpoint = endpoint
         self.replay_endpoint = replay_endpoint
         self.bind = bind
-        self.stream = stream or KVEventStream(
-            topic, replay=replay_endpoint is not None, replay_timeout=replay_timeout
-        )
+        self.stream = stream or KVEventStream(topic, replay=replay_endpoint is not None, replay_timeout=replay_timeout)
         self.connection = "binding" if bind else "connecting"
         self.replay_connection = None if replay_endpoint is None else "idle"
         self.last_frame: float | None = None  # monotonic time of the last frame received
@@ -943,10 +956,8 @@ class KVEventSubscriber:
             if s is not None:
                 try:
                     if name == "_sub" and self._mon is not None:
-                        try:
+                        with contextlib.suppress(Exception):
                             s.disable_monitor()
-                        except Exception:
-                            pass
                     s.close(linger=0)
                 finally:
                     setattr(self, name, None)
@@ -1147,9 +1158,7 @@ def scenario_batches(path: str) -> list[list]:
 def cmd_publish(args) -> int:
     """``publish SCENARIO --endpoint E [--replay-endpoint R] [--topic T] [--wait S] [--hold S]``."""
     batches = scenario_batches(args.scenario)
-    pub = KVEventPublisher(
-        args.endpoint, args.replay_endpoint, topic=args.topic, linger=1.0
-    )
+    pub = KVEventPublisher(args.endpoint, args.replay_endpoint, topic=args.topic, linger=1.0)
     try:
         pub.serve_for(args.wait)
         for events in batches:

@@ -93,10 +93,17 @@ class Question:
         try:
             given = parse_answer(self.answer_format, raw)
         except ValueError as e:
-            return Verdict(False, None, self.answer, f"Could not read that answer ({e}). The engine says: {expected_text}.")
+            return Verdict(
+                False, None, self.answer, f"Could not read that answer ({e}). The engine says: {expected_text}."
+            )
         if given == self.answer:
             return Verdict(True, given, self.answer, f"Right: {expected_text}.")
-        return Verdict(False, given, self.answer, f"Not quite: you said {format_answer(self.answer_format, given)}, the engine says {expected_text}.")
+        return Verdict(
+            False,
+            given,
+            self.answer,
+            f"Not quite: you said {format_answer(self.answer_format, given)}, the engine says {expected_text}.",
+        )
 
     def asked_step(self, trace: Trace | None = None) -> Step:
         trace = trace or replay(self.scenario)
@@ -227,7 +234,9 @@ def _describe_op(raw: Mapping[str, Any]) -> str:
         n = spec_length(raw["prompt"])
         return f"{rid} arrives: prompt `{raw['prompt']}` ({n} tokens)" + (f", {', '.join(extras)}" if extras else "")
     if op == "admit":
-        return f"the scheduler admits {rid}" + (f" for at most {raw['tokens']} tokens (a prefill chunk)" if "tokens" in raw else "")
+        return f"the scheduler admits {rid}" + (
+            f" for at most {raw['tokens']} tokens (a prefill chunk)" if "tokens" in raw else ""
+        )
     if op == "generate":
         return f"{rid} generates `{raw['tokens']}` (each pending token is computed, then the next is sampled)"
     if op == "sample":
@@ -269,6 +278,7 @@ def _queue_text(queue: Sequence[int], mark: Callable[[int], str], hashed: Callab
 
 def _state_lines(snap: Snapshot, bs: int) -> tuple[str, ...]:
     """The pool before the asked step: the free queue with hash marks, and the live requests."""
+
     def mark(b: int) -> str:
         return f"{b}#" if snap.blocks[b][1] is not None else str(b)
 
@@ -286,9 +296,19 @@ def _state_lines(snap: Snapshot, bs: int) -> tuple[str, ...]:
     return tuple(lines)
 
 
-def _finish(kind: str, seed: int, b: _Builder, asked: int, title: str, question: str, fmt: str,
-            answer_of: Callable[[Step], Any], explain: Callable[[Trace, Step], tuple[str, ...]],
-            lesson: str | None, **extra: Any) -> Question:
+def _finish(
+    kind: str,
+    seed: int,
+    b: _Builder,
+    asked: int,
+    title: str,
+    question: str,
+    fmt: str,
+    answer_of: Callable[[Step], Any],
+    explain: Callable[[Trace, Step], tuple[str, ...]],
+    lesson: str | None,
+    **extra: Any,
+) -> Question:
     scenario = b.scenario(title, f"practice:{kind}:{seed}")
     trace = replay(scenario)
     step = trace.steps[asked]
@@ -324,22 +344,32 @@ def _miss_reason(b: _Builder, rid: str, other: str, m: int, computed_other: int)
     if b.extra[rid] != b.extra[other]:
         (l1, s1), (l2, s2) = b.extra[rid], b.extra[other]
         if l1 != l2:
-            return (f"{rid}'s LoRA adapter ({l1 or 'none'}) differs from {other}'s ({l2 or 'none'}). The adapter is "
-                    f"an extra key of every block, so even block 0's hash differs.")
-        return (f"{rid}'s cache_salt ({s1 or 'none'}) differs from {other}'s ({s2 or 'none'}). The salt is an extra "
-                f"key of block 0, so block 0's hash differs, and every later hash contains it.")
+            return (
+                f"{rid}'s LoRA adapter ({l1 or 'none'}) differs from {other}'s ({l2 or 'none'}). The adapter is "
+                f"an extra key of every block, so even block 0's hash differs."
+            )
+        return (
+            f"{rid}'s cache_salt ({s1 or 'none'}) differs from {other}'s ({s2 or 'none'}). The salt is an extra "
+            f"key of block 0, so block 0's hash differs, and every later hash contains it."
+        )
     lo, hi = m * bs, (m + 1) * bs
     d = next((i for i in range(lo, min(hi, len(theirs))) if mine[i] != theirs[i]), None)
     if d is not None:
-        return (f"token {d} differs ({mine[d]} here, {theirs[d]} in {other}), so block {m}'s hash differs; "
-                f"every later block's too, because each hash contains its parent's.")
+        return (
+            f"token {d} differs ({mine[d]} here, {theirs[d]} in {other}), so block {m}'s hash differs; "
+            f"every later block's too, because each hash contains its parent's."
+        )
     if len(theirs) < hi:
-        return (f"{other} has only {len(theirs)} tokens, so its block {m} was partial: only full blocks get "
-                f"a hash, and a partial block is never cached.")
+        return (
+            f"{other} has only {len(theirs)} tokens, so its block {m} was partial: only full blocks get "
+            f"a hash, and a partial block is never cached."
+        )
     if computed_other < hi:
-        return (f"{other}'s block {m} was completed only by its last sampled token, which is never computed, "
-                f"so the pool never cached it.")
-    return f"no block with that hash is cached any more (it was evicted)."
+        return (
+            f"{other}'s block {m} was completed only by its last sampled token, which is never computed, "
+            f"so the pool never cached it."
+        )
+    return "no block with that hash is cached any more (it was evicted)."
 
 
 def _explain_hit(b: _Builder, rid: str, other: str, computed_other: Callable[[], int]):
@@ -349,15 +379,21 @@ def _explain_hit(b: _Builder, rid: str, other: str, computed_other: Callable[[],
         bs = b.bs
         hits = [p for p in lk.probes if p[1]]
         n_hashes = len(trace.snapshot_at(step.index).request(rid).block_hashes)  # type: ignore[union-attr]
-        out = [f"{rid} has {lk.num_tokens} tokens, so the lookup may probe at most "
-               f"({lk.num_tokens} − 1) // {bs} = {lk.cap_blocks} blocks (the last token must be computed to give logits)."]
+        out = [
+            f"{rid} has {lk.num_tokens} tokens, so the lookup may probe at most "
+            f"({lk.num_tokens} − 1) // {bs} = {lk.cap_blocks} blocks (the last token must be computed to give logits)."
+        ]
         if hits:
             out.append(f"Blocks 0–{len(hits) - 1} are cached (block ids {_ids([p[2] for p in hits])}).")
         miss = next((p for p in lk.probes if not p[1]), None)
         if lk.cap_blocks == 0:
             out.append(f"With {lk.num_tokens} ≤ {bs} tokens the cap is 0 blocks: nothing can hit, whatever is cached.")
         elif miss is not None:
-            out.append(f"Block {miss[0]} misses: " + _miss_reason(b, rid, other, miss[0], computed_other()) + " The walk stops at the first miss.")
+            out.append(
+                f"Block {miss[0]} misses: "
+                + _miss_reason(b, rid, other, miss[0], computed_other())
+                + " The walk stops at the first miss."
+            )
         elif len(hits) == lk.cap_blocks and lk.cap_blocks < n_hashes:
             out.append(f"The walk stops at the cap: block {lk.cap_blocks} is recomputed even though it may be cached.")
         elif len(hits) == n_hashes:
@@ -406,9 +442,16 @@ def q_hit_length(seed: int) -> Question:
     b.arrive("B", btoks, **kw)
     asked = b.op("admit", "B")
     return _finish(
-        "hit_length", seed, b, asked, "How many tokens does B hit?",
+        "hit_length",
+        seed,
+        b,
+        asked,
+        "How many tokens does B hit?",
         "How many of **B**'s tokens does the prefix cache lookup hit (`hit_tokens`)?",
-        "int", lambda s: s.hit_tokens, _explain_hit(b, "B", "A", lambda: a_computed), "03_lookup_cap",
+        "int",
+        lambda s: s.hit_tokens,
+        _explain_hit(b, "B", "A", lambda: a_computed),
+        "03_lookup_cap",
     )
 
 
@@ -444,18 +487,29 @@ def _explain_evicted(trace: Trace, step: Step) -> tuple[str, ...]:
     hashed = {i for i, (_, h) in enumerate(before.blocks) if h is not None}
     out = []
     if step.touched:
-        out.append(f"First, touch takes the hit blocks {_ids(step.touched)} out of the free queue "
-                   f"({len(step.touched_from_free)} of them were in it): a request never evicts its own hits.")
-    out.append(f"Then {adm.new_blocks_needed} new blocks are popped from the head of the queue: "
-               f"{_ids(step.new_block_ids or ())}.")
-    pops = [f"{bid} ({'holds a hash: evicted' if bid in hashed else 'no hash: nothing to evict'})" for bid in step.new_block_ids or ()]
+        out.append(
+            f"First, touch takes the hit blocks {_ids(step.touched)} out of the free queue "
+            f"({len(step.touched_from_free)} of them were in it): a request never evicts its own hits."
+        )
+    out.append(
+        f"Then {adm.new_blocks_needed} new blocks are popped from the head of the queue: "
+        f"{_ids(step.new_block_ids or ())}."
+    )
+    pops = [
+        f"{bid} ({'holds a hash: evicted' if bid in hashed else 'no hash: nothing to evict'})"
+        for bid in step.new_block_ids or ()
+    ]
     out.append("In pop order: " + ", ".join(pops) + ".")
     if step.evicted:
         n = len(step.evicted)
-        out.append(f"So the first block evicted is {step.evicted[0][0]}; in all {n} block{'s' if n > 1 else ''} "
-                   f"lose{'' if n > 1 else 's'} {'their hashes' if n > 1 else 'its hash'} (one BlockRemoved each).")
+        out.append(
+            f"So the first block evicted is {step.evicted[0][0]}; in all {n} block{'s' if n > 1 else ''} "
+            f"lose{'' if n > 1 else 's'} {'their hashes' if n > 1 else 'its hash'} (one BlockRemoved each)."
+        )
     else:
-        out.append("None of them held a hash, so nothing is evicted: blocks without a hash sit at the front and are used first.")
+        out.append(
+            "None of them held a hash, so nothing is evicted: blocks without a hash sit at the front and are used first."
+        )
     return tuple(out)
 
 
@@ -478,10 +532,17 @@ def q_next_evicted(seed: int) -> Question:
         b.arrive("P", toks)
         asked = b.op("admit", "P")
         q = _finish(
-            "next_evicted", seed, b, asked, "Which block is evicted first?",
+            "next_evicted",
+            seed,
+            b,
+            asked,
+            "Which block is evicted first?",
             "Which block loses its hash first when **P**'s new blocks are popped? "
             "Answer `none` if no cached block is evicted.",
-            "block", lambda s: s.evicted[0][0] if s.evicted else None, _explain_evicted, "06_free_order_lru",
+            "block",
+            lambda s: s.evicted[0][0] if s.evicted else None,
+            _explain_evicted,
+            "06_free_order_lru",
         )
         step = q.asked_step()
         if step.ok and (bool(step.evicted) == want_eviction or attempt >= 40):
@@ -497,18 +558,24 @@ def _explain_free(trace: Trace, step: Step) -> tuple[str, ...]:
     rid = step.op.id
     req = before.request(rid)  # type: ignore[arg-type]
     assert req is not None
-    out = [f"{rid} holds blocks {_ids(req.block_ids)} and frees them in reverse: {_ids([f.block_id for f in step.freed])}."]
+    out = [
+        f"{rid} holds blocks {_ids(req.block_ids)} and frees them in reverse: {_ids([f.block_id for f in step.freed])}."
+    ]
     for f in step.freed:
         if f.to == "held":
-            out.append(f"Block {f.block_id}: ref_cnt drops to {f.ref_cnt}, another request still uses it, so it stays out of the queue.")
+            out.append(
+                f"Block {f.block_id}: ref_cnt drops to {f.ref_cnt}, another request still uses it, so it stays out of the queue."
+            )
         elif f.to == "front":
             out.append(f"Block {f.block_id}: ref_cnt 0 and no hash, so it goes to the front (reused first).")
         else:
             out.append(f"Block {f.block_id}: ref_cnt 0 and it holds a hash, so it goes to the back and stays cached.")
     front = [f.block_id for f in step.freed if f.to == "front"]
     back = [f.block_id for f in step.freed if f.to == "back"]
-    out.append(f"Queue before: {_ids(before.free_queue)}. The front blocks {_ids(front)} are put before the head "
-               f"in that order, the back blocks {_ids(back)} after the tail in that order.")
+    out.append(
+        f"Queue before: {_ids(before.free_queue)}. The front blocks {_ids(front)} are put before the head "
+        f"in that order, the back blocks {_ids(back)} after the tail in that order."
+    )
     out.append(f"Queue after: {_ids(step.snapshot.free_queue)}.")
     return tuple(out)
 
@@ -530,9 +597,16 @@ def q_free_queue(seed: int) -> Question:
         b.op("admit", "Y")
     asked = b.op("finish", "X")
     return _finish(
-        "free_queue", seed, b, asked, "The free queue after X finishes",
+        "free_queue",
+        seed,
+        b,
+        asked,
+        "The free queue after X finishes",
         "What is the free queue after **X** finishes, head first?",
-        "ids", lambda s: list(s.snapshot.free_queue), _explain_free, "06_free_order_lru",
+        "ids",
+        lambda s: list(s.snapshot.free_queue),
+        _explain_free,
+        "06_free_order_lru",
     )
 
 
@@ -548,26 +622,43 @@ def _explain_cached(trace: Trace, step: Step) -> tuple[str, ...]:
     assert req_before is not None and req_after is not None
     out = []
     if step.hit_tokens:
-        out.append(f"The lookup hits {step.hit_tokens} tokens; hit blocks are already cached and are never hashed again.")
+        out.append(
+            f"The lookup hits {step.hit_tokens} tokens; hit blocks are already cached and are never hashed again."
+        )
     if not step.admissions:
-        out.append("This op allocates nothing (it only samples), so the pool caches nothing; the request itself "
-                   "hashes any block a sampled token completes.")
+        out.append(
+            "This op allocates nothing (it only samples), so the pool caches nothing; the request itself "
+            "hashes any block a sampled token completes."
+        )
     for i, a in enumerate(step.admissions):
         after = a.num_computed_tokens + a.num_new_tokens
         full = after // bs
         label = f"Allocation {i + 1}: " if len(step.admissions) > 1 else ""
-        out.append(f"{label}{a.num_new_tokens} token(s) computed this step, {after} computed after it: "
-                   f"{after} // {bs} = {full} full block(s) are cached by the end of it.")
+        out.append(
+            f"{label}{a.num_new_tokens} token(s) computed this step, {after} computed after it: "
+            f"{after} // {bs} = {full} full block(s) are cached by the end of it."
+        )
     if step.cached:
-        out.append("Newly cached: " + ", ".join(f"block {c.block_id} (index {c.index}"
-                                               + (f", a duplicate of {_ids(c.duplicate_of)}" if c.duplicate_of else "")
-                                               + ")" for c in step.cached) + ".")
+        out.append(
+            "Newly cached: "
+            + ", ".join(
+                f"block {c.block_id} (index {c.index}"
+                + (f", a duplicate of {_ids(c.duplicate_of)}" if c.duplicate_of else "")
+                + ")"
+                for c in step.cached
+            )
+            + "."
+        )
     else:
         out.append("No block becomes full in this step, so nothing new is cached.")
     if step.op.op == "generate":
-        out.append(f"The last sampled token stays pending: {req_after.num_tokens - req_after.num_computed_tokens} "
-                   f"token(s) known but not computed, so a block it completes is not cached yet.")
-    out.append("Caching happens when allocate_slots schedules the step, before the GPU computes it: BlockStored goes out first.")
+        out.append(
+            f"The last sampled token stays pending: {req_after.num_tokens - req_after.num_computed_tokens} "
+            f"token(s) known but not computed, so a block it completes is not cached yet."
+        )
+    out.append(
+        "Caching happens when allocate_slots schedules the step, before the GPU computes it: BlockStored goes out first."
+    )
     return tuple(out)
 
 
@@ -606,10 +697,17 @@ def q_hashed_this_step(seed: int) -> Question:
         asked = b.op("decode", "A")
         title = "Which blocks get hashed by this decode?"
     return _finish(
-        "hashed_this_step", seed, b, asked, title,
+        "hashed_this_step",
+        seed,
+        b,
+        asked,
+        title,
         "Which block ids does the **pool** cache (give a hash and announce with BlockStored) in this step? "
         "Answer in the order they are cached; empty if none.",
-        "ids", lambda s: [c.block_id for c in s.cached], _explain_cached, "05_when_hashed",
+        "ids",
+        lambda s: [c.block_id for c in s.cached],
+        _explain_cached,
+        "05_when_hashed",
     )
 
 
@@ -621,21 +719,31 @@ def _explain_admission(trace: Trace, step: Step) -> tuple[str, ...]:
     a = step.admissions[0]
     hits = step.lookup.hit_tokens if step.lookup else 0
     total_blocks = -(-a.slots_needed // bs)
-    out = [f"The lookup hits {hits} tokens ({hits // bs} blocks); {a.free_hit_blocks} of those blocks sit in the "
-           f"free queue with ref_cnt 0, and touching them takes them out of it."]
-    out.append(f"The request needs cdiv({a.slots_needed}, {bs}) = {total_blocks} blocks in all, "
-               f"so {a.new_blocks_needed} new ones.")
+    out = [
+        f"The lookup hits {hits} tokens ({hits // bs} blocks); {a.free_hit_blocks} of those blocks sit in the "
+        f"free queue with ref_cnt 0, and touching them takes them out of it."
+    ]
+    out.append(
+        f"The request needs cdiv({a.slots_needed}, {bs}) = {total_blocks} blocks in all, "
+        f"so {a.new_blocks_needed} new ones."
+    )
     verdict = "≤" if a.ok else ">"
-    out.append(f"Required = {a.new_blocks_needed} new + {a.free_hit_blocks} free hit = {a.required} {verdict} "
-               f"{a.free_blocks} free blocks.")
+    out.append(
+        f"Required = {a.new_blocks_needed} new + {a.free_hit_blocks} free hit = {a.required} {verdict} "
+        f"{a.free_blocks} free blocks."
+    )
     if a.ok:
         out.append("So allocate_slots admits it: it touches the hits, then pops the new blocks from the head.")
     else:
-        out.append("So allocate_slots returns None: nothing is touched or allocated, and the lookup is not counted "
-                   "in the stats. The request waits.")
+        out.append(
+            "So allocate_slots returns None: nothing is touched or allocated, and the lookup is not counted "
+            "in the stats. The request waits."
+        )
         if a.new_blocks_needed <= a.free_blocks:
-            out.append(f"Counting only the new blocks ({a.new_blocks_needed} ≤ {a.free_blocks}) would wrongly say yes: "
-                       f"the free hit blocks count too.")
+            out.append(
+                f"Counting only the new blocks ({a.new_blocks_needed} ≤ {a.free_blocks}) would wrongly say yes: "
+                f"the free hit blocks count too."
+            )
     return tuple(out)
 
 
@@ -658,9 +766,16 @@ def q_admission(seed: int) -> Question:
         b.arrive("C", a[:s] + _run(2000, length - s))
         asked = b.op("admit", "C")
         q = _finish(
-            "admission", seed, b, asked, "Is C admitted?",
+            "admission",
+            seed,
+            b,
+            asked,
+            "Is C admitted?",
             "Does allocate_slots admit **C**?",
-            "bool", lambda s: s.ok, _explain_admission, "04_touch_then_allocate",
+            "bool",
+            lambda s: s.ok,
+            _explain_admission,
+            "04_touch_then_allocate",
         )
         adm = q.asked_step().admissions[0]
         trap = adm.new_blocks_needed <= adm.free_blocks < adm.required
@@ -681,18 +796,31 @@ class Mistake:
 
 
 MISTAKES: tuple[Mistake, ...] = (
-    Mistake("lora", "Forgetting the extra keys: expecting a request through a LoRA adapter to hit the blocks "
-            "the base model cached for the same tokens.",
-            "The adapter is an extra key of every block, so its hashes never match the base model's.", "02_extra_keys"),
-    Mistake("freed_on_finish", "Saying a request's cached blocks are freed (forgotten) when it finishes.",
-            "They go back to the free queue with their hashes and stay valid until allocation pops them.",
-            "06_free_order_lru"),
-    Mistake("partial_block", "Counting a partial last block as cached.",
-            "Only full blocks get a hash; a partial block is never cached, so a hit never covers it.",
-            "01_hash_chain"),
-    Mistake("identical_100", "Benchmarking with identical prompts and expecting a 100% hit.",
-            "The lookup stops at num_tokens − 1, and hits are whole blocks: the last block is always recomputed.",
-            "03_lookup_cap"),
+    Mistake(
+        "lora",
+        "Forgetting the extra keys: expecting a request through a LoRA adapter to hit the blocks "
+        "the base model cached for the same tokens.",
+        "The adapter is an extra key of every block, so its hashes never match the base model's.",
+        "02_extra_keys",
+    ),
+    Mistake(
+        "freed_on_finish",
+        "Saying a request's cached blocks are freed (forgotten) when it finishes.",
+        "They go back to the free queue with their hashes and stay valid until allocation pops them.",
+        "06_free_order_lru",
+    ),
+    Mistake(
+        "partial_block",
+        "Counting a partial last block as cached.",
+        "Only full blocks get a hash; a partial block is never cached, so a hit never covers it.",
+        "01_hash_chain",
+    ),
+    Mistake(
+        "identical_100",
+        "Benchmarking with identical prompts and expecting a 100% hit.",
+        "The lookup stops at num_tokens − 1, and hits are whole blocks: the last block is always recomputed.",
+        "03_lookup_cap",
+    ),
 )
 MISTAKES_BY_NAME = {m.name: m for m in MISTAKES}
 
@@ -725,10 +853,18 @@ def q_mistake(seed: int, name: str | None = None) -> Question:
         mistaken = la
     asked = b.op("admit", "B")
     q = _finish(
-        "mistake", seed, b, asked, "A common mistake",
+        "mistake",
+        seed,
+        b,
+        asked,
+        "A common mistake",
         "How many tokens does **B** hit? (The common mistake above gives a different number.)",
-        "int", lambda s: s.hit_tokens, _explain_hit(b, "B", "A", lambda: la), m.lesson,
-        mistaken_answer=mistaken, mistake=m.statement,
+        "int",
+        lambda s: s.hit_tokens,
+        _explain_hit(b, "B", "A", lambda: la),
+        m.lesson,
+        mistaken_answer=mistaken,
+        mistake=m.statement,
     )
     return q
 
@@ -827,13 +963,22 @@ class RubricLevel:
 
 
 RUBRIC: tuple[RubricLevel, ...] = (
-    RubricLevel("Weak", "Talks about caching whole prompts keyed by their text, or says a request's blocks are "
-                "evicted as soon as it finishes."),
-    RubricLevel("Hire", "Explains the chained block hashes, the walk to the longest cached prefix, reference "
-                "counts and LRU eviction from the free queue, and computes a hit length in whole blocks."),
-    RubricLevel("Strong hire", "Also knows the num_tokens − 1 cap and why a fully cached prompt recomputes a "
-                "whole block, names the extra keys and cache_salt, and explains why the fixed seed of sha256 "
-                "matters for reuse across nodes."),
+    RubricLevel(
+        "Weak",
+        "Talks about caching whole prompts keyed by their text, or says a request's blocks are "
+        "evicted as soon as it finishes.",
+    ),
+    RubricLevel(
+        "Hire",
+        "Explains the chained block hashes, the walk to the longest cached prefix, reference "
+        "counts and LRU eviction from the free queue, and computes a hit length in whole blocks.",
+    ),
+    RubricLevel(
+        "Strong hire",
+        "Also knows the num_tokens − 1 cap and why a fully cached prompt recomputes a "
+        "whole block, names the extra keys and cache_salt, and explains why the fixed seed of sha256 "
+        "matters for reuse across nodes.",
+    ),
 )
 
 
@@ -847,8 +992,9 @@ class HitValueRow:
     with_attention: str | None  # plus the attention term, when a model shape is given
 
 
-def hit_value_rows(params: float, peak_flops: float, utilization: float, prompt_tokens: int, hit_tokens: int,
-                   attention=None) -> list[HitValueRow]:
+def hit_value_rows(
+    params: float, peak_flops: float, utilization: float, prompt_tokens: int, hit_tokens: int, attention=None
+) -> list[HitValueRow]:
     """The walkthrough's table for these inputs, beside the same with the attention term.
 
     ``attention`` is a model shape (explorer.prefill.configs.ModelConfig) or None.
@@ -856,7 +1002,11 @@ def hit_value_rows(params: float, peak_flops: float, utilization: float, prompt_
     from explorer.prefill.estimate import estimate_prefill
 
     dense = estimate_prefill(params, prompt_tokens, hit_tokens, peak_flops, utilization)
-    att = estimate_prefill(params, prompt_tokens, hit_tokens, peak_flops, utilization, attention=attention) if attention else None
+    att = (
+        estimate_prefill(params, prompt_tokens, hit_tokens, peak_flops, utilization, attention=attention)
+        if attention
+        else None
+    )
 
     def both(f: Callable[[Any], str]) -> tuple[str, str | None]:
         return f(dense), (f(att) if att else None)
@@ -896,7 +1046,7 @@ def load_measurements(docs_dir: Path) -> list[dict[str, Any]]:
         while stack:
             item = stack.pop(0)
             if isinstance(item, dict):
-                if _MEASUREMENT_KEYS <= set(item):
+                if set(item) >= _MEASUREMENT_KEYS:
                     found.append({**item, "source": path.name})
                 else:
                     stack.extend(v for v in item.values() if isinstance(v, (list, dict)))

@@ -124,8 +124,14 @@ def _draw_engine(rng: random.Random) -> dict[str, Any]:
     if rng.random() < 0.2:
         eng["max_model_len"] = bs * rng.randint(5, 14) + rng.randint(0, bs - 1)
     # Leave some keys out, so the defaults are exercised too.
-    defaults = {"block_size": 16, "hash_algo": "sha256", "hash_seed": "", "enable_prefix_caching": True,
-                "events": True, "int_block_hashes": True}
+    defaults = {
+        "block_size": 16,
+        "hash_algo": "sha256",
+        "hash_seed": "",
+        "enable_prefix_caching": True,
+        "events": True,
+        "int_block_hashes": True,
+    }
     for k, v in defaults.items():
         if eng.get(k) == v and rng.random() < 0.5:
             del eng[k]
@@ -160,8 +166,10 @@ class _Gen:
         self.next_token = rng.randint(0, 1000)
         self.images = 0
         self.history: list[_Prompt] = []
-        self.systems = [self._fresh_prompt(rng.randint(*profile.system_blocks), with_features=rng.random() < 0.3)
-                        for _ in range(rng.randint(*profile.system_prompts))]
+        self.systems = [
+            self._fresh_prompt(rng.randint(*profile.system_blocks), with_features=rng.random() < 0.3)
+            for _ in range(rng.randint(*profile.system_prompts))
+        ]
 
     # ---- tokens --------------------------------------------------------------------------
 
@@ -258,7 +266,9 @@ class _Gen:
         rng = self.rng
         prompt = self.new_prompt()
         step: dict[str, Any] = {"op": "arrive", "id": rid}
-        step["prompt"] = format_token_spec(prompt.tokens) if rng.random() < self.p.p_spec_string else list(prompt.tokens)
+        step["prompt"] = (
+            format_token_spec(prompt.tokens) if rng.random() < self.p.p_spec_string else list(prompt.tokens)
+        )
         if prompt.lora is not None:
             step["lora"] = prompt.lora
             path = self.lora_paths[prompt.lora]
@@ -361,12 +371,16 @@ def random_scenario(
             step = {"op": "admit", "id": req.request_id}
             left = req.num_tokens - req.num_computed_tokens
             if rng.random() < prof.p_chunk:
-                step["tokens"] = rng.choice([rng.randint(1, left), gen.bs * rng.randint(1, 3), left + rng.randint(0, 5)])
+                step["tokens"] = rng.choice(
+                    [rng.randint(1, left), gen.bs * rng.randint(1, 3), left + rng.randint(0, 5)]
+                )
         elif kind == "output":
             req = rng.choice(decodable)
             room = cfg.max_model_len - req.num_tokens
             pending = req.num_tokens - req.num_computed_tokens
-            options = (["sample", "generate", "generate"] if room > 0 else []) + (["decode", "decode"] if pending else [])
+            options = (["sample", "generate", "generate"] if room > 0 else []) + (
+                ["decode", "decode"] if pending else []
+            )
             if not options:  # at max_model_len with nothing pending: only finishing is left
                 step = {"op": "finish", "id": req.request_id}
             else:

@@ -243,7 +243,9 @@ class _Table:
             raise self.fail(key, f"expected true or false, got {_show(v)}")
         return v
 
-    def str(self, key: str, default: str | None, choices: Sequence[str] | None = None, max_len: int = 200) -> str | None:
+    def str(
+        self, key: str, default: str | None, choices: Sequence[str] | None = None, max_len: int = 200
+    ) -> str | None:
         v = self._get(key)
         if v is _MISSING:
             return default
@@ -403,7 +405,9 @@ def _system_prompts(source: str, t: _Table, limits: Limits) -> tuple[SystemPromp
         if extra:
             raise t.fail(f"{where}.{sorted(extra)[0]}", "unknown key (expected text or prompt)")
         if ("text" in item) == ("prompt" in item):
-            raise t.fail(where, "give exactly one of text (tokenized with SmolLM2's tokenizer) or prompt (a token spec)")
+            raise t.fail(
+                where, "give exactly one of text (tokenized with SmolLM2's tokenizer) or prompt (a token spec)"
+            )
         if "text" in item:
             text = item["text"]
             if not isinstance(text, str) or not text:
@@ -468,7 +472,6 @@ def example_fleets() -> dict[str, Path]:
 
 
 # ---- writing a config back (share links, the editor) ----------------------------------------------
-
 
 
 def dumps_fleet(cfg: FleetConfig) -> str:
@@ -694,9 +697,13 @@ def trace_stream(w: WorkloadSpec, trace_bytes: bytes | None = None, source: str 
         prompt = tuple(tr.expand_prompt(r))
         total += len(prompt)
         if total > MAX_STREAM_TOKENS:
-            raise BadInput(f"{source}: the first {k + 1} requests hold more than {MAX_STREAM_TOKENS:,} prompt tokens; use fewer requests")
+            raise BadInput(
+                f"{source}: the first {k + 1} requests hold more than {MAX_STREAM_TOKENS:,} prompt tokens; use fewer requests"
+            )
         output = (0,) * r.output_length if w.trace_outputs else ()
-        reqs.append(StreamRequest(k, float(r.timestamp - t0), prompt, output, r.output_length * w.decode_ms, 0, -1, 0, -1))
+        reqs.append(
+            StreamRequest(k, float(r.timestamp - t0), prompt, output, r.output_length * w.decode_ms, 0, -1, 0, -1)
+        )
     reqs.sort(key=lambda q: (q.arrival_ms, q.index))
     reqs = [replace(q, index=i) for i, q in enumerate(reqs)]
     return RequestStream(tuple(reqs), "trace", source)
@@ -707,7 +714,7 @@ def build_stream(cfg: FleetConfig, trace_bytes: bytes | None = None, trace_name:
     if w.kind == "chat":
         return chat_stream(w)
     if w.trace == "upload" and trace_bytes is None:
-        raise BadInput("[workload] trace = \"upload\": upload a Mooncake trace (JSON lines) first")
+        raise BadInput('[workload] trace = "upload": upload a Mooncake trace (JSON lines) first')
     return trace_stream(w, trace_bytes if w.trace == "upload" else None, trace_name)
 
 
@@ -795,7 +802,9 @@ class PrefixRouter:
             n += 1
         return n
 
-    def choose(self, keys: Sequence[int | bytes], cap: int, views: Sequence[Mapping[Any, int] | None], loads: Sequence[int]) -> Decision:
+    def choose(
+        self, keys: Sequence[int | bytes], cap: int, views: Sequence[Mapping[Any, int] | None], loads: Sequence[int]
+    ) -> Decision:
         matches = [self.match(keys, v, cap) for v in views]
         costs = [(cap - m) + self.load_weight * load for m, load in zip(matches, loads)]
         best = min(costs)
@@ -896,7 +905,9 @@ class _MemoHasher:
     """An engine's request block hasher that takes a new request's prompt chain from the memo
     (request ids are ``r<stream index>``) and runs the real hasher for everything else."""
 
-    def __init__(self, real: Callable[[Request], list[BlockHash]], table: dict[int, tuple[BlockHash, ...]], memo: HashMemo) -> None:
+    def __init__(
+        self, real: Callable[[Request], list[BlockHash]], table: dict[int, tuple[BlockHash, ...]], memo: HashMemo
+    ) -> None:
         self.real, self.table, self.memo = real, table, memo
 
     def __call__(self, request: Request) -> list[BlockHash]:
@@ -1043,8 +1054,15 @@ class _Inst:
     """One simulated instance: an engine, its publisher side, and the router's bookkeeping."""
 
     def __init__(
-        self, i: int, cfg: FleetConfig, algo: str, seed: str | None, stream: KVEventStream, drop: Callable[[], bool],
-        memo: HashMemo | None, published: set,
+        self,
+        i: int,
+        cfg: FleetConfig,
+        algo: str,
+        seed: str | None,
+        stream: KVEventStream,
+        drop: Callable[[], bool],
+        memo: HashMemo | None,
+        published: set,
     ) -> None:
         fl = cfg.fleet
         self.index = i
@@ -1060,7 +1078,9 @@ class _Inst:
             events=True,
             int_block_hashes=fl.int_block_hashes,
         )
-        self.engine = ScenarioEngine(Scenario(self.name, engine_cfg, (), source=self.name), hash_seed=seed, record=False)
+        self.engine = ScenarioEngine(
+            Scenario(self.name, engine_cfg, (), source=self.name), hash_seed=seed, record=False
+        )
         self.seed = self.engine.ctx.hash_seed if self.engine.ctx else None
         if memo is not None and self.engine.ctx is not None and self.engine.hasher is not None:
             table = memo.table(self.engine.ctx, fl.block_size, cfg.failures.tenant_salt)
@@ -1132,7 +1152,9 @@ class _Estimator:
         got = self.memo.get((prompt, hit))
         if got is None:
             p = self.p
-            e = estimate_prefill(p.params, prompt, hit, p.peak_tflops * 1e12, p.utilization, LLAMA3_8B_SHAPE if p.attention else None)
+            e = estimate_prefill(
+                p.params, prompt, hit, p.peak_tflops * 1e12, p.utilization, LLAMA3_8B_SHAPE if p.attention else None
+            )
             got = self.memo[(prompt, hit)] = (e.full_s * 1e3, e.cached_s * 1e3)
         return got
 
@@ -1153,7 +1175,12 @@ def run_policy(
     setup = setup or hash_setup(cfg)
     fl, f = cfg.fleet, cfg.failures
     router = PrefixRouter(
-        setup.router_block_size, setup.router_ctx(), setup.router_form, cfg.router.load_weight, cfg.router.tie_break, cfg.workload.seed
+        setup.router_block_size,
+        setup.router_ctx(),
+        setup.router_form,
+        cfg.router.load_weight,
+        cfg.router.tie_break,
+        cfg.workload.seed,
     )
     if memo is not None and memo.stream is not stream:
         raise ValueError("the hash memo belongs to another stream")
@@ -1172,7 +1199,10 @@ def run_policy(
         return False
 
     published: set = set()  # every hash any instance ever announced (as the events carry it)
-    insts = [_Inst(i, cfg, setup.engine_algo, setup.engine_seeds[i], subscriber, drop, memo, published) for i in range(fl.instances)]
+    insts = [
+        _Inst(i, cfg, setup.engine_algo, setup.engine_seeds[i], subscriber, drop, memo, published)
+        for i in range(fl.instances)
+    ]
     est = _Estimator(cfg.prefill)
     n = len(stream.requests)
     instance_of = [-1] * n
@@ -1355,7 +1385,14 @@ class FleetResult:
 
     def router(self) -> PrefixRouter:
         s, c = self.setup, self.config
-        return PrefixRouter(s.router_block_size, s.router_ctx(), s.router_form, c.router.load_weight, c.router.tie_break, c.workload.seed)
+        return PrefixRouter(
+            s.router_block_size,
+            s.router_ctx(),
+            s.router_form,
+            c.router.load_weight,
+            c.router.tie_break,
+            c.workload.seed,
+        )
 
     def summary(self) -> dict[str, Any]:
         return {p: r.summary() for p, r in self.runs.items()}
@@ -1479,29 +1516,56 @@ def explain(result: FleetResult) -> list[tuple[str, str]]:
         f"instance's published set, so it routed on load and tie-break alone; {tail}."
     )
     if f.router_hash_algo and f.router_hash_algo != s.engine_algo:
-        out.append(("router_hash_algo", f"Router hashes with {f.router_hash_algo}, instances with {s.engine_algo}: " + zero))
+        out.append(
+            ("router_hash_algo", f"Router hashes with {f.router_hash_algo}, instances with {s.engine_algo}: " + zero)
+        )
     if f.router_hash_seed is not None and f.router_hash_seed != s.engine_seeds[0]:
-        out.append(("router_hash_seed", f"Router seeds NONE_HASH with {f.router_hash_seed!r}, the instances with "
-                    f"{run.instances[0].seed!r}: " + zero))
+        out.append(
+            (
+                "router_hash_seed",
+                f"Router seeds NONE_HASH with {f.router_hash_seed!r}, the instances with "
+                f"{run.instances[0].seed!r}: " + zero,
+            )
+        )
     if f.router_block_size and f.router_block_size != cfg.fleet.block_size:
-        out.append(("router_block_size", f"Router cuts {f.router_block_size}-token blocks, the instances "
-                    f"{cfg.fleet.block_size}-token ones: " + zero))
+        out.append(
+            (
+                "router_block_size",
+                f"Router cuts {f.router_block_size}-token blocks, the instances "
+                f"{cfg.fleet.block_size}-token ones: " + zero,
+            )
+        )
     if f.router_wrong_hash_form:
-        what = ("raw digests against 64-bit int event hashes" if s.event_form == "int64"
-                else "64-bit ints against raw-digest event hashes")
+        what = (
+            "raw digests against 64-bit int event hashes"
+            if s.event_form == "int64"
+            else "64-bit ints against raw-digest event hashes"
+        )
         out.append(("router_wrong_hash_form", f"Router compares {what}: " + zero))
     if f.xxhash_unshared_seed or (s.engine_algo in NON_CRYPTO_HASH_ALGOS and len(set(s.engine_seeds)) > 1):
-        out.append(("xxhash_unshared_seed", f"The {cfg.fleet.instances} instances run {s.engine_algo} with "
-                    f"{len(set(s.engine_seeds))} different drawn seeds and the router with one more: " + zero))
+        out.append(
+            (
+                "xxhash_unshared_seed",
+                f"The {cfg.fleet.instances} instances run {s.engine_algo} with "
+                f"{len(set(s.engine_seeds))} different drawn seeds and the router with one more: " + zero,
+            )
+        )
     if f.tenant_salt:
         if f.router_ignores_salt:
-            out.append(("router_ignores_salt", "Instances hash with each tenant's cache_salt, the router without: " + zero))
+            out.append(
+                ("router_ignores_salt", "Instances hash with each tenant's cache_salt, the router without: " + zero)
+            )
         else:
             base_cross = base.cross_tenant_hit_tokens if base is not None else None
             more = f" (without salts {base_cross:,} hit tokens crossed tenants)" if base_cross is not None else ""
-            out.append(("tenant_salt", f"With a cache_salt per tenant, {run.cross_tenant_hit_tokens:,} hit tokens "
-                        f"crossed tenants{more}: {cfg.workload.tenants} tenants sharing "
-                        f"{cfg.workload.system_prompts} system prompts now each cache their own copy; {tail}."))
+            out.append(
+                (
+                    "tenant_salt",
+                    f"With a cache_salt per tenant, {run.cross_tenant_hit_tokens:,} hit tokens "
+                    f"crossed tenants{more}: {cfg.workload.tenants} tenants sharing "
+                    f"{cfg.workload.system_prompts} system prompts now each cache their own copy; {tail}.",
+                )
+            )
     if f.drop_batches > 0:
         sub = run.subscriber
         phantom = sum(i.phantom for i in run.instances)
@@ -1510,17 +1574,24 @@ def explain(result: FleetResult) -> list[tuple[str, str]]:
         base_match = f" (with every batch: {base.predicted:,})" if base is not None else ""
         unseen = run.dropped_batches - sub["lost"]
         more = f"; {unseen:,} more went unnoticed (at the start or the end of an instance's stream)" if unseen else ""
-        out.append(("drop_batches", f"{run.dropped_batches:,} of {run.published_batches:,} batches were lost and "
-                    f"the subscriber counted {sub['gaps']:,} missing sequence numbers (no replay){more}: at the end the router's view holds {phantom:,} "
-                    f"evicted blocks and misses {missing:,} cached ones; it matched {matched:,} tokens{base_match}, "
-                    f"and for {chk['over'] + chk['under']:,} requests admitted at once its match differed from the "
-                    f"engine's hit; {tail}."))
+        out.append(
+            (
+                "drop_batches",
+                f"{run.dropped_batches:,} of {run.published_batches:,} batches were lost and "
+                f"the subscriber counted {sub['gaps']:,} missing sequence numbers (no replay){more}: at the end the router's view holds {phantom:,} "
+                f"evicted blocks and misses {missing:,} cached ones; it matched {matched:,} tokens{base_match}, "
+                f"and for {chk['over'] + chk['under']:,} requests admitted at once its match differed from the "
+                f"engine's hit; {tail}.",
+            )
+        )
     if not out:
         ll = result.runs.get("least_loaded")
         parts = [f"{POLICY_LABELS[p]} {result.runs[p].hit_rate:.1%}" for p in POLICIES if p in result.runs]
         chk = run.prediction_check()
-        line = (f"Hit rate: {', '.join(parts)}. The router's match equalled the engine's own hit for "
-                f"{chk['exact']:,} of {chk['exact'] + chk['over'] + chk['under']:,} requests admitted at once")
+        line = (
+            f"Hit rate: {', '.join(parts)}. The router's match equalled the engine's own hit for "
+            f"{chk['exact']:,} of {chk['exact'] + chk['over'] + chk['under']:,} requests admitted at once"
+        )
         if ll is not None and ll.hits:
             line += f"; it saved {run.saved_ms - ll.saved_ms:,.0f} ms of estimated prefill over least-loaded"
         out.append(("healthy", line + "."))

@@ -147,7 +147,9 @@ class Op:
         d["id"] = self.id
         if self.op == "arrive":
             d["prompt"] = list(self.prompt)
-            d["lora"] = None if self.lora is None else {"name": self.lora.name, "id": self.lora.id, "path": self.lora.path}
+            d["lora"] = (
+                None if self.lora is None else {"name": self.lora.name, "id": self.lora.id, "path": self.lora.path}
+            )
             d["cache_salt"] = self.cache_salt
             d["mm"] = [{"id": m.id, "offset": m.offset, "length": m.length} for m in self.mm]
             d["prompt_logprobs"] = self.prompt_logprobs
@@ -305,7 +307,10 @@ def _mm(ctx: _Ctx, where: str, raw: Any, num_prompt: int) -> tuple[MMSpec, ...]:
     prev_end = 0
     for m in items:
         if m.offset + m.length > num_prompt:
-            raise ctx.fail(f"{where}.mm", f"image {m.id!r} covers tokens [{m.offset}, {m.offset + m.length}), outside the {num_prompt}-token prompt")
+            raise ctx.fail(
+                f"{where}.mm",
+                f"image {m.id!r} covers tokens [{m.offset}, {m.offset + m.length}), outside the {num_prompt}-token prompt",
+            )
         if m.offset < prev_end:
             raise ctx.fail(f"{where}.mm", f"image {m.id!r} at offset {m.offset} overlaps the previous image")
         prev_end = m.offset + m.length
@@ -318,7 +323,9 @@ def _expect(ctx: _Ctx, where: str, op: str, raw: Any) -> dict[str, Any]:
     allowed = EXPECT_KEYS[op]
     for key in raw:
         if key not in allowed:
-            raise ctx.fail(f"{where}.expect.{key}", f"`{op}` does not report {key!r} (it can expect: {', '.join(sorted(allowed))})")
+            raise ctx.fail(
+                f"{where}.expect.{key}", f"`{op}` does not report {key!r} (it can expect: {', '.join(sorted(allowed))})"
+            )
     return dict(raw)
 
 
@@ -332,7 +339,9 @@ def _step(ctx: _Ctx, i: int, raw: Any, engine: EngineConfig, loras: _LoraRegistr
     label = f"step {i + 1} ({op}{'' if rid is None else ' ' + str(rid)})"
     unknown = set(raw) - OP_KEYS[op] - {"op", "note", "expect"}
     if unknown:
-        raise ctx.fail(label, f"{sorted(unknown)[0]}: unknown key for `{op}` (it takes: {', '.join(sorted(OP_KEYS[op]))})")
+        raise ctx.fail(
+            label, f"{sorted(unknown)[0]}: unknown key for `{op}` (it takes: {', '.join(sorted(OP_KEYS[op]))})"
+        )
     note = _str(ctx, f"{label}: note", raw["note"]) if "note" in raw else None
     expect = _expect(ctx, label, op, raw.get("expect", {}))
     if op == "reset":
@@ -349,7 +358,10 @@ def _step(ctx: _Ctx, i: int, raw: Any, engine: EngineConfig, loras: _LoraRegistr
         if "tokens" not in raw:
             raise ctx.fail(label, "tokens: missing (a token spec string or an array of ints)")
         if isinstance(raw["tokens"], int):
-            raise ctx.fail(f"{label}: tokens", "a bare integer is ambiguous: write a token spec string like \"7\" or an array like [7]")
+            raise ctx.fail(
+                f"{label}: tokens",
+                'a bare integer is ambiguous: write a token spec string like "7" or an array like [7]',
+            )
         toks = _tokens(ctx, f"{label}: tokens", raw["tokens"], engine.max_model_len, "max_model_len")
         if not toks:
             raise ctx.fail(f"{label}: tokens", "no tokens")
@@ -388,8 +400,19 @@ def _arrive(ctx, i, label, raw, rid, engine, loras, limits, note, expect) -> Op:
     salt = _str(ctx, f"{label}: cache_salt", raw["cache_salt"]) if "cache_salt" in raw else None
     mm = _mm(ctx, label, raw["mm"], len(prompt)) if "mm" in raw else ()
     logprobs = _bool(ctx, f"{label}: prompt_logprobs", raw.get("prompt_logprobs", False))
-    return Op(i, "arrive", rid, prompt=prompt, text=text, lora=lora, cache_salt=salt, mm=mm,
-              prompt_logprobs=logprobs, note=note, expect=expect)
+    return Op(
+        i,
+        "arrive",
+        rid,
+        prompt=prompt,
+        text=text,
+        lora=lora,
+        cache_salt=salt,
+        mm=mm,
+        prompt_logprobs=logprobs,
+        note=note,
+        expect=expect,
+    )
 
 
 def parse_scenario_dict(data: Mapping[str, Any], source: str = "<scenario>", limits: Limits = CLI_LIMITS) -> Scenario:

@@ -40,13 +40,19 @@ def describe_step(step: Step, block_size: int) -> str:
         parts.append(f"{n} tokens, {len(step.hashed)} full blocks hashed, {n % block_size} tokens in the partial tail")
     if step.lookup is not None:
         lk = step.lookup
-        parts.append(f"lookup skipped ({lk.skipped})" if lk.skipped else f"hit {lk.hit_tokens} tokens (cap {lk.cap_blocks} blocks)")
+        parts.append(
+            f"lookup skipped ({lk.skipped})"
+            if lk.skipped
+            else f"hit {lk.hit_tokens} tokens (cap {lk.cap_blocks} blocks)"
+        )
     if op.op == "generate":
         parts.append(f"{len(step.admissions)} decode allocations" + ("" if step.ok else " (the last failed: NO ROOM)"))
     else:
         for a in step.admissions:
             verdict = "ok" if a.ok else "NO ROOM"
-            parts.append(f"need {a.new_blocks_needed} new + {a.free_hit_blocks} free hit = {a.required} of {a.free_blocks} free: {verdict}")
+            parts.append(
+                f"need {a.new_blocks_needed} new + {a.free_hit_blocks} free hit = {a.required} of {a.free_blocks} free: {verdict}"
+            )
     if op.op in ("sample", "generate") and step.hashed:
         parts.append(f"{len(step.hashed)} new block hashes")
     if step.new_block_ids:
@@ -55,7 +61,9 @@ def describe_step(step: Step, block_size: int) -> str:
         parts.append(f"evicted {id_ranges(b for b, _ in step.evicted)}")
     if step.cached:
         dups = [c.block_id for c in step.cached if c.duplicate_of]
-        parts.append(f"cached {id_ranges(c.block_id for c in step.cached)}" + (f" (duplicates: {dups})" if dups else ""))
+        parts.append(
+            f"cached {id_ranges(c.block_id for c in step.cached)}" + (f" (duplicates: {dups})" if dups else "")
+        )
     if step.freed:
         for to in ("front", "back", "held"):
             ids = [f.block_id for f in step.freed if f.to == to]
@@ -76,13 +84,17 @@ def render_text(trace: Trace) -> str:
     bs = trace.scenario.engine.block_size
     lines = [f"{trace.scenario.title} ({trace.scenario.source})"]
     if trace.hash_seed is not None:
-        lines.append(f"hash {trace.scenario.engine.hash_algo}, seed {trace.hash_seed!r}, NONE_HASH {trace.none_hash.hex()[:16]}...")  # type: ignore[union-attr]
+        lines.append(
+            f"hash {trace.scenario.engine.hash_algo}, seed {trace.hash_seed!r}, NONE_HASH {trace.none_hash.hex()[:16]}..."
+        )  # type: ignore[union-attr]
     else:
         lines.append("prefix caching off: no block hashes")
     lines += [describe_step(s, bs) for s in trace.steps]
     st = trace.final.stats
     rate = st["hits"] / st["queries"] if st["queries"] else 0.0
-    lines.append(f"stats: {st['requests']} requests, {st['queries']} query tokens, {st['hits']} hit tokens ({rate:.1%})")
+    lines.append(
+        f"stats: {st['requests']} requests, {st['queries']} query tokens, {st['hits']} hit tokens ({rate:.1%})"
+    )
     return "\n".join(lines)
 
 

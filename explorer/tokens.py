@@ -37,8 +37,7 @@ def _parse_parts(spec: str) -> list[tuple[int, int, int]]:
         m = _PART.match(raw)
         if m is None:
             raise BadInput(
-                f"bad token spec part {raw.strip()!r}: expected INT, INT:INT or INT*INT "
-                "with non-negative integers"
+                f"bad token spec part {raw.strip()!r}: expected INT, INT:INT or INT*INT with non-negative integers"
             )
         g = m.groups()
         if g[0] is not None:
@@ -194,9 +193,7 @@ def _load_tokenizer(path: str):
         from gguf import GGUFReader
         from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
     except ImportError as e:
-        raise BadInput(
-            f"text needs the `gguf` and `tokenizers` packages ({e}); use a token spec instead"
-        ) from e
+        raise BadInput(f"text needs the `gguf` and `tokenizers` packages ({e}); use a token spec instead") from e
 
     reader = GGUFReader(path)
     kind = (_gguf_str(reader, "tokenizer.ggml.model"), _gguf_str(reader, "tokenizer.ggml.pre"))
@@ -224,12 +221,8 @@ def _load_tokenizer(path: str):
     # Control tokens are matched in the raw text before pre-tokenizing (normalized=False), and
     # marked special; user-defined ones (none in this file) are matched but not special.
     kinds = list(zip(tokens, types))
-    tok.add_special_tokens(
-        [AddedToken(t, special=True, normalized=False) for t, k in kinds if k == _GGUF_CONTROL]
-    )
-    tok.add_tokens(
-        [AddedToken(t, normalized=False) for t, k in kinds if k == _GGUF_USER_DEFINED]
-    )
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t, k in kinds if k == _GGUF_CONTROL])
+    tok.add_tokens([AddedToken(t, normalized=False) for t, k in kinds if k == _GGUF_USER_DEFINED])
     return tok
 
 

@@ -269,22 +269,29 @@ class ScenarioEngine:
     def _hashed_since(self, req: Request, n_before: int) -> tuple[HashedBlock, ...]:
         bs = self.scenario.engine.block_size
         return tuple(
-            HashedBlock(i, i * bs, (i + 1) * bs, req.block_hashes[i], generate_block_hash_extra_keys(req, i * bs, (i + 1) * bs))
+            HashedBlock(
+                i, i * bs, (i + 1) * bs, req.block_hashes[i], generate_block_hash_extra_keys(req, i * bs, (i + 1) * bs)
+            )
             for i in range(n_before, len(req.block_hashes))
         )
 
     def _check_growth(self, op: Op, req: Request, extra: int) -> None:
         limit = self.scenario.engine.max_model_len
         if req.num_tokens + extra > limit:
-            raise self._fail(op, "tokens", f"would take the request to {req.num_tokens + extra:,} tokens, past max_model_len = {limit:,}")
+            raise self._fail(
+                op,
+                "tokens",
+                f"would take the request to {req.num_tokens + extra:,} tokens, past max_model_len = {limit:,}",
+            )
 
     def _set_running(self, req: Request) -> None:
         if req.status != RequestStatus.RUNNING:
             req.status = RequestStatus.RUNNING
             self.running_order.append(req.request_id)
 
-    def _allocate(self, req: Request, num_new: int, hit: int = 0, hit_blocks: KVCacheBlocks | None = None,
-                  rec: dict | None = None) -> KVCacheBlocks | None:
+    def _allocate(
+        self, req: Request, num_new: int, hit: int = 0, hit_blocks: KVCacheBlocks | None = None, rec: dict | None = None
+    ) -> KVCacheBlocks | None:
         """allocate_slots, recording the admission sum and the pool changes it made."""
         mgr, pool = self.manager, self.pool
         if rec is None:
@@ -303,7 +310,9 @@ class ScenarioEngine:
         cached_before = single.num_cached_block.get(req.request_id, len(hits))
         free_before = pool.get_num_free_blocks()
         result = mgr.allocate_slots(req, num_new, hit, hit_blocks)
-        rec["admissions"].append(Admission(num_new, computed, slots, required - free_hits, free_hits, free_before, result is not None))
+        rec["admissions"].append(
+            Admission(num_new, computed, slots, required - free_hits, free_hits, free_before, result is not None)
+        )
         if result is None:
             return None
         if hits:
@@ -337,7 +346,11 @@ class ScenarioEngine:
 
     def _record_freed(self, table: list, rec: dict) -> None:
         for blk in reversed(table):
-            to = "held" if blk.ref_cnt > 0 else ("back" if blk.block_hash is not None and self.manager.enable_caching else "front")
+            to = (
+                "held"
+                if blk.ref_cnt > 0
+                else ("back" if blk.block_hash is not None and self.manager.enable_caching else "front")
+            )
             rec["freed"].append(Freed(blk.block_id, blk.ref_cnt, to))
 
     def _preempt(self, req: Request, rec: dict | None) -> None:
@@ -353,7 +366,9 @@ class ScenarioEngine:
     def apply(self, op: Op) -> Step:
         if not self.record:
             return self._apply_lean(op)
-        rec: dict[str, Any] = {k: [] for k in ("admissions", "touched", "touched_from_free", "evicted", "cached", "freed", "preempted")}
+        rec: dict[str, Any] = {
+            k: [] for k in ("admissions", "touched", "touched_from_free", "evicted", "cached", "freed", "preempted")
+        }
         out: dict[str, Any] = {"ok": True}
         getattr(self, f"_op_{op.op}")(op, rec, out)
         events = tuple(self.manager.take_events())
@@ -415,7 +430,11 @@ class ScenarioEngine:
     def _op_admit(self, op: Op, rec: dict | None, out: dict) -> None:
         req = self._live(op)
         if req.num_computed_tokens >= req.num_tokens:
-            raise self._fail(op, "id", f"request {op.id!r} has nothing left to compute ({req.num_tokens} of {req.num_tokens} tokens computed)")
+            raise self._fail(
+                op,
+                "id",
+                f"request {op.id!r} has nothing left to compute ({req.num_tokens} of {req.num_tokens} tokens computed)",
+            )
         fresh = req.num_computed_tokens == 0
         hit_blocks: KVCacheBlocks | None = None
         hit = 0
@@ -425,7 +444,11 @@ class ScenarioEngine:
                 hit_blocks, hit = self.manager.get_computed_blocks(req)
         elif fresh:
             if not self.manager.prefix_cache_lookup_enabled(req):
-                reason = "prefix caching is off" if not self.manager.enable_caching else "prompt_logprobs: every prompt token must be computed"
+                reason = (
+                    "prefix caching is off"
+                    if not self.manager.enable_caching
+                    else "prompt_logprobs: every prompt token must be computed"
+                )
                 out["lookup"] = Lookup(req.num_tokens, 0, (), 0, reason)
             else:
                 hit_blocks, hit = self.manager.get_computed_blocks(req)
@@ -452,7 +475,11 @@ class ScenarioEngine:
     def _need_decodable(self, op: Op) -> Request:
         req = self._live(op)
         if req.status != RequestStatus.RUNNING or req.num_computed_tokens < req.num_prompt_tokens:
-            raise self._fail(op, "id", f"request {op.id!r} must be running with its prompt fully computed (it is {req.status.value}, {req.num_computed_tokens} of {req.num_prompt_tokens} prompt tokens computed)")
+            raise self._fail(
+                op,
+                "id",
+                f"request {op.id!r} must be running with its prompt fully computed (it is {req.status.value}, {req.num_computed_tokens} of {req.num_prompt_tokens} prompt tokens computed)",
+            )
         return req
 
     def _op_sample(self, op: Op, rec: dict | None, out: dict) -> None:
@@ -544,7 +571,9 @@ class ScenarioEngine:
         return Snapshot(
             blocks=blocks,
             free_queue=tuple(b.block_id for b in pool.free_block_queue.get_all_free_blocks()),
-            cached=tuple((bytes(k[:-4]), tuple(b.block_id for b in bl)) for k, bl in pool.cached_block_hash_to_block.items()),
+            cached=tuple(
+                (bytes(k[:-4]), tuple(b.block_id for b in bl)) for k, bl in pool.cached_block_hash_to_block.items()
+            ),
             requests=tuple(
                 RequestView(
                     r.request_id,

@@ -152,7 +152,9 @@ def _parse_line(where: str, line_no: int, text: str) -> TraceRequest:
             f"the engine's max_model_len {MAX_MODEL_LEN}"
         )
     needed = cdiv(input_length, TRACE_BLOCK_TOKENS)
-    return TraceRequest(line_no, float(ts) if type(ts) is float else ts, input_length, output_length, tuple(ids[:needed]))
+    return TraceRequest(
+        line_no, float(ts) if type(ts) is float else ts, input_length, output_length, tuple(ids[:needed])
+    )
 
 
 def parse_trace_bytes(
@@ -417,8 +419,12 @@ def _tick(progress: Callable[[int], None] | None, k: int) -> None:
 
 def _new_manager(prep: PreparedTrace, num_blocks: int) -> KVCacheManager:
     return KVCacheManager(
-        num_blocks, prep.block_size, max_model_len=MAX_MODEL_LEN, enable_caching=True,
-        enable_kv_cache_events=False, log_stats=True,
+        num_blocks,
+        prep.block_size,
+        max_model_len=MAX_MODEL_LEN,
+        enable_caching=True,
+        enable_kv_cache_events=False,
+        log_stats=True,
     )
 
 
@@ -486,8 +492,14 @@ def replay_vllm(prep: PreparedTrace, num_blocks: int, progress: Callable[[int], 
     stats = mgr.prefix_cache_stats
     assert stats is not None and stats.hits == sum(hits)
     return RunResult(
-        "vllm", num_blocks, len(requests), skipped, prep.trace.prompt_tokens, stats.hits,
-        time.perf_counter() - t0, hits,
+        "vllm",
+        num_blocks,
+        len(requests),
+        skipped,
+        prep.trace.prompt_tokens,
+        stats.hits,
+        time.perf_counter() - t0,
+        hits,
     )
 
 
@@ -502,8 +514,12 @@ def replay_vllm_plain(trace: RequestTrace, block_size: int, num_blocks: int, out
     ctx = init_none_hash("sha256", None)
     hasher = get_request_block_hasher(block_size, ctx)
     mgr = KVCacheManager(
-        num_blocks, block_size, max_model_len=MAX_MODEL_LEN, enable_caching=True,
-        enable_kv_cache_events=False, log_stats=True,
+        num_blocks,
+        block_size,
+        max_model_len=MAX_MODEL_LEN,
+        enable_caching=True,
+        enable_kv_cache_events=False,
+        log_stats=True,
     )
     hits = [0] * len(trace.requests)
     skipped = 0
@@ -521,8 +537,14 @@ def replay_vllm_plain(trace: RequestTrace, block_size: int, num_blocks: int, out
     stats = mgr.prefix_cache_stats
     assert stats is not None
     return RunResult(
-        "vllm", num_blocks, len(trace.requests), skipped, trace.prompt_tokens, stats.hits,
-        time.perf_counter() - t0, hits,
+        "vllm",
+        num_blocks,
+        len(trace.requests),
+        skipped,
+        trace.prompt_tokens,
+        stats.hits,
+        time.perf_counter() - t0,
+        hits,
     )
 
 
@@ -638,8 +660,15 @@ def replay_concurrent(
         "last_finish_ms": round(last_finish, 3),
     }
     return RunResult(
-        "vllm", num_blocks, len(requests), skipped, prep.trace.prompt_tokens, stats.hits,
-        time.perf_counter() - t0, hits, conc,
+        "vllm",
+        num_blocks,
+        len(requests),
+        skipped,
+        prep.trace.prompt_tokens,
+        stats.hits,
+        time.perf_counter() - t0,
+        hits,
+        conc,
     )
 
 
@@ -695,8 +724,14 @@ def simulate_lru(prep: PreparedTrace, num_blocks: int, progress: Callable[[int],
             cache.popitem(last=False)
         _tick(progress, k)
     return RunResult(
-        "lru", num_blocks, len(requests), skipped, prep.trace.prompt_tokens, sum(hits),
-        time.perf_counter() - t0, hits,
+        "lru",
+        num_blocks,
+        len(requests),
+        skipped,
+        prep.trace.prompt_tokens,
+        sum(hits),
+        time.perf_counter() - t0,
+        hits,
     )
 
 
@@ -713,8 +748,14 @@ def simulate_unbounded(prep: PreparedTrace, progress: Callable[[int], None] | No
         cache.update(own)
         _tick(progress, k)
     return RunResult(
-        "unbounded", None, len(requests), 0, prep.trace.prompt_tokens, sum(hits),
-        time.perf_counter() - t0, hits,
+        "unbounded",
+        None,
+        len(requests),
+        0,
+        prep.trace.prompt_tokens,
+        sum(hits),
+        time.perf_counter() - t0,
+        hits,
     )
 
 
@@ -830,8 +871,15 @@ def run_sweep(
             runs.append(simulate_unbounded(prep, tick))
     report(units, "done")
     return SweepResult(
-        block_size, outputs, n, trace.prompt_tokens, prep.seconds, prep.blocks_hashed, runs,
-        [r.timestamp for r in trace.requests], [r.input_length for r in trace.requests],
+        block_size,
+        outputs,
+        n,
+        trace.prompt_tokens,
+        prep.seconds,
+        prep.blocks_hashed,
+        runs,
+        [r.timestamp for r in trace.requests],
+        [r.input_length for r in trace.requests],
     )
 
 
@@ -884,8 +932,13 @@ def sweep_job(job: dict[str, Any], emit: Callable[[dict[str, Any]], None]) -> No
             trace = load_trace(job["trace_path"], job.get("limit"), max_bytes)
         conc = ConcurrencyConfig(float(job["decode_ms"])) if job.get("decode_ms") is not None else None
         sweep = run_sweep(
-            trace, int(job["block_size"]), [int(s) for s in job["sizes"]], list(job["policies"]),
-            bool(job.get("outputs")), conc, progress,
+            trace,
+            int(job["block_size"]),
+            [int(s) for s in job["sizes"]],
+            list(job["policies"]),
+            bool(job.get("outputs")),
+            conc,
+            progress,
             max_num_blocks=int(job.get("max_num_blocks", UI_MAX_NUM_BLOCKS)),
             max_blocks_hashed=job.get("max_blocks_hashed", UI_MAX_BLOCKS_HASHED),
         )

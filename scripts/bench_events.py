@@ -43,8 +43,9 @@ def payloads(n: int) -> list[bytes]:
         k = 1 + i % 4
         base = (i * 7919) % 1_000_003 * 8
         hashes = [(base + j) * 0x9E3779B97F4A7C15 % (1 << 64) for j in range(k)]
-        events = [BlockStored(hashes, None, list(range(16 * k)), 16, None, "GPU", None,
-                              kv_cache_spec_kind="full_attention")]
+        events = [
+            BlockStored(hashes, None, list(range(16 * k)), 16, None, "GPU", None, kv_cache_spec_kind="full_attention")
+        ]
         if i % 2:
             events.append(BlockRemoved(hashes[:1], "GPU"))
         out.append(encode_batch(KVEventBatch(time.time(), events, 0)))
@@ -94,9 +95,24 @@ def run_one(rate: float, seconds: float, count: int | None = None) -> dict:
         replay_port = s.getsockname()[1]
     sub = KVEventSubscriber(endpoint, f"tcp://{LOOPBACK}:{replay_port}", bind=True, hwm=1_000_000)
     pub = subprocess.Popen(
-        [sys.executable, __file__, "--role", "publisher", "--endpoint", endpoint,
-         "--replay-port", str(replay_port), "--rate", str(rate), "--count", str(count)],
-        stdout=subprocess.PIPE, text=True, cwd=str(ROOT), env={**os.environ, "PYTHONPATH": str(ROOT)},
+        [
+            sys.executable,
+            __file__,
+            "--role",
+            "publisher",
+            "--endpoint",
+            endpoint,
+            "--replay-port",
+            str(replay_port),
+            "--rate",
+            str(rate),
+            "--count",
+            str(count),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=str(ROOT),
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     first = last = last_wall = None
     applied = 0

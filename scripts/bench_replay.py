@@ -46,15 +46,29 @@ def ours(trace, args, hashing: str) -> dict:
     else:
         r = replay_vllm_plain(trace, args.block_size, args.num_blocks, args.outputs)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
-    return {"hit_tokens": r.hit_tokens, "skipped": r.skipped, "prompt_tokens": r.prompt_tokens,
-            "seconds": wall, "cpu_seconds": cpu}
+    return {
+        "hit_tokens": r.hit_tokens,
+        "skipped": r.skipped,
+        "prompt_tokens": r.prompt_tokens,
+        "seconds": wall,
+        "cpu_seconds": cpu,
+    }
 
 
 def vllm(args, hashing: str) -> dict:
     if not VLLM_PYTHON.exists():
         raise SystemExit(".venv-vllm is missing: install it with `bash tests/conformance/setup_vllm.sh`")
-    cmd = [str(VLLM_PYTHON), str(VLLM_SCRIPT), str(args.trace), "--block-size", str(args.block_size),
-           "--num-blocks", str(args.num_blocks), "--hashing", hashing]
+    cmd = [
+        str(VLLM_PYTHON),
+        str(VLLM_SCRIPT),
+        str(args.trace),
+        "--block-size",
+        str(args.block_size),
+        "--num-blocks",
+        str(args.num_blocks),
+        "--hashing",
+        hashing,
+    ]
     if args.limit:
         cmd += ["--limit", str(args.limit)]
     if args.outputs:
@@ -83,6 +97,7 @@ def main() -> int:
 
     trace = load_trace(args.trace, args.limit)
     rows = []
+
     def best(runs: list[dict]) -> dict:
         return {**min(runs, key=lambda r: r["seconds"]), "cpu_seconds": min(r["cpu_seconds"] for r in runs)}
 
@@ -94,28 +109,48 @@ def main() -> int:
         rows.append((mode, o, v))
 
     n_tok = trace.prompt_tokens
-    report = {"trace": Path(args.trace).name, "requests": len(trace.requests), "prompt_tokens": n_tok,
-              "block_size": args.block_size, "num_blocks": args.num_blocks, "outputs": args.outputs, "modes": {}}
+    report = {
+        "trace": Path(args.trace).name,
+        "requests": len(trace.requests),
+        "prompt_tokens": n_tok,
+        "block_size": args.block_size,
+        "num_blocks": args.num_blocks,
+        "outputs": args.outputs,
+        "modes": {},
+    }
     for mode, o, v in rows:
-        entry = {"hit_tokens": o["hit_tokens"],
-                 "ours_tokens_per_s": n_tok / o["seconds"], "ours_cpu_tokens_per_s": n_tok / o["cpu_seconds"]}
+        entry = {
+            "hit_tokens": o["hit_tokens"],
+            "ours_tokens_per_s": n_tok / o["seconds"],
+            "ours_cpu_tokens_per_s": n_tok / o["cpu_seconds"],
+        }
         if v is not None:
-            entry.update({
-                "vllm_tokens_per_s": n_tok / v["seconds"], "vllm_cpu_tokens_per_s": n_tok / v["cpu_seconds"],
-                "ratio_wall": v["seconds"] / o["seconds"], "ratio_cpu": v["cpu_seconds"] / o["cpu_seconds"],
-            })
+            entry.update(
+                {
+                    "vllm_tokens_per_s": n_tok / v["seconds"],
+                    "vllm_cpu_tokens_per_s": n_tok / v["cpu_seconds"],
+                    "ratio_wall": v["seconds"] / o["seconds"],
+                    "ratio_cpu": v["cpu_seconds"] / o["cpu_seconds"],
+                }
+            )
         report["modes"][mode] = entry
     if args.json:
         print(json.dumps(report))
         return 0
-    print(f"{report['trace']}: {report['requests']:,} requests, {n_tok:,} prompt tokens, "
-          f"block size {args.block_size}, {args.num_blocks:,} blocks" + (", outputs" if args.outputs else ""))
-    print(f"{'hashing':<8} {'hit tokens':>12} {'ours tok/s':>12} {'vLLM tok/s':>12} {'ours/vLLM':>10}   (CPU: ours, vLLM, ratio)")
+    print(
+        f"{report['trace']}: {report['requests']:,} requests, {n_tok:,} prompt tokens, "
+        f"block size {args.block_size}, {args.num_blocks:,} blocks" + (", outputs" if args.outputs else "")
+    )
+    print(
+        f"{'hashing':<8} {'hit tokens':>12} {'ours tok/s':>12} {'vLLM tok/s':>12} {'ours/vLLM':>10}   (CPU: ours, vLLM, ratio)"
+    )
     for mode, e in report["modes"].items():
         if "vllm_tokens_per_s" in e:
-            print(f"{mode:<8} {e['hit_tokens']:>12,} {e['ours_tokens_per_s']:>12,.0f} {e['vllm_tokens_per_s']:>12,.0f} "
-                  f"{e['ratio_wall']:>9.2f}x   ({e['ours_cpu_tokens_per_s']:,.0f}, {e['vllm_cpu_tokens_per_s']:,.0f}, "
-                  f"{e['ratio_cpu']:.2f}x)")
+            print(
+                f"{mode:<8} {e['hit_tokens']:>12,} {e['ours_tokens_per_s']:>12,.0f} {e['vllm_tokens_per_s']:>12,.0f} "
+                f"{e['ratio_wall']:>9.2f}x   ({e['ours_cpu_tokens_per_s']:,.0f}, {e['vllm_cpu_tokens_per_s']:,.0f}, "
+                f"{e['ratio_cpu']:.2f}x)"
+            )
         else:
             print(f"{mode:<8} {e['hit_tokens']:>12,} {e['ours_tokens_per_s']:>12,.0f}")
     return 0

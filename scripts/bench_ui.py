@@ -103,9 +103,11 @@ def _report(name: str, times: list[float], first: float, target_ms: float) -> bo
     med = statistics.median(times)
     p90 = sorted(times)[int(0.9 * (len(times) - 1))]
     ok = med < target_ms
-    print(f"{name}: first load (replay + render) {first:.0f} ms; per step over {len(times)} renders: "
-          f"median {med:.1f} ms, p90 {p90:.1f} ms, max {max(times):.1f} ms; target {target_ms:.0f} ms -> "
-          f"{'OK' if ok else 'TOO SLOW'} (median/target = {med / target_ms:.2f})")
+    print(
+        f"{name}: first load (replay + render) {first:.0f} ms; per step over {len(times)} renders: "
+        f"median {med:.1f} ms, p90 {p90:.1f} ms, max {max(times):.1f} ms; target {target_ms:.0f} ms -> "
+        f"{'OK' if ok else 'TOO SLOW'} (median/target = {med / target_ms:.2f})"
+    )
     return ok
 
 

@@ -29,14 +29,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from explorer.prefill.configs import LLAMA3_8B_SHAPE, SMOLLM2_135M_SHAPE, TINY, ModelConfig  # noqa: E402
-from explorer.prefill.estimate import estimate_prefill, gpu_peak_flops  # noqa: E402
-from explorer.prefill.engine import corrupted_block_effect  # noqa: E402
-from explorer.prefill.measure import default_dtype, measure_prefill  # noqa: E402
-from explorer.prefill.model import PagedLlama  # noqa: E402
-from explorer.prefill.weights import random_weights  # noqa: E402
+from explorer.prefill.configs import LLAMA3_8B_SHAPE, SMOLLM2_135M_SHAPE, TINY, ModelConfig
+from explorer.prefill.engine import corrupted_block_effect
+from explorer.prefill.estimate import estimate_prefill, gpu_peak_flops
+from explorer.prefill.measure import default_dtype, measure_prefill
+from explorer.prefill.model import PagedLlama
+from explorer.prefill.weights import random_weights
 
 # Cached vs full last-token logits may differ by rounding only. float32: rounding level. bf16:
 # the hit blocks' K/V were computed in another batch (A's prompt), so GEMMs of another shape may
@@ -102,8 +102,14 @@ def run_plan(plan: list[tuple[ModelConfig, int, list[int]]], device: str, budget
             model = PagedLlama(cfg, random_weights(cfg, device, dtype, seed=0), device, dtype)
             try:  # one corruption check per model, on its first case with a hit
                 first_hit = next(h for h in hits if h >= 16)
-                checks.append({"model": cfg.name, "prompt_tokens": prompt, "hit_tokens": first_hit,
-                               **corrupted_block_effect(model, prompt, first_hit)})
+                checks.append(
+                    {
+                        "model": cfg.name,
+                        "prompt_tokens": prompt,
+                        "hit_tokens": first_hit,
+                        **corrupted_block_effect(model, prompt, first_hit),
+                    }
+                )
             except torch.cuda.OutOfMemoryError as e:
                 errors.append({"model": cfg.name, "prompt_tokens": prompt, "error": f"out of memory: {e}"})
         warmup, repeats = repeats_for(prompt, device)
@@ -115,8 +121,14 @@ def run_plan(plan: list[tuple[ModelConfig, int, list[int]]], device: str, budget
                 cases.append(run_case(model, prompt, hit, warmup, repeats))
             except torch.cuda.OutOfMemoryError as e:
                 torch.cuda.empty_cache()
-                errors.append({"model": cfg.name, "prompt_tokens": prompt, "hit_tokens": hit,
-                               "error": f"out of memory: {str(e).splitlines()[0]}"})
+                errors.append(
+                    {
+                        "model": cfg.name,
+                        "prompt_tokens": prompt,
+                        "hit_tokens": hit,
+                        "error": f"out of memory: {str(e).splitlines()[0]}",
+                    }
+                )
     corrupt_ok = all(c["cached_change"] > 1e-2 and c["full_change"] == 0.0 for c in checks)
     return {
         "cases": cases,

@@ -43,7 +43,6 @@ def main() -> int:
     from importlib.metadata import version
 
     import torch
-    import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.manual_seed(0)

@@ -40,7 +40,6 @@ os.environ.pop("PYTHONHASHSEED", None)  # vLLM's default NONE_HASH seed
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 import torch  # noqa: E402
-
 from vllm.sampling_params import SamplingParams  # noqa: E402
 from vllm.utils.hashing import sha256  # noqa: E402
 from vllm.v1.core.kv_cache_manager import KVCacheManager  # noqa: E402
@@ -114,7 +113,9 @@ class MemoHasher:
             else:
                 need = n_full - len(hashes)
                 if need > 0:
-                    hashes.extend(entry[1][:need] if entry is not None else self._blocks(ids, hashes, len(hashes), n_full))
+                    hashes.extend(
+                        entry[1][:need] if entry is not None else self._blocks(ids, hashes, len(hashes), n_full)
+                    )
                 break
         return hashes
 
@@ -160,8 +161,13 @@ def main() -> int:
         ],
     )
     mgr = KVCacheManager(
-        config, max_model_len=MAX_MODEL_LEN, scheduler_block_size=bs, hash_block_size=bs,
-        enable_caching=True, enable_kv_cache_events=False, log_stats=True,
+        config,
+        max_model_len=MAX_MODEL_LEN,
+        scheduler_block_size=bs,
+        hash_block_size=bs,
+        enable_caching=True,
+        enable_kv_cache_events=False,
+        log_stats=True,
     )
     memo = MemoHasher(bs) if args.hashing == "memo" else None
     hasher = memo if memo is not None else get_request_block_hasher(bs, sha256)
@@ -185,8 +191,11 @@ def main() -> int:
             memo.pending = memo.prompt_hashes(ids, n)
             hash_s += time.perf_counter() - t
         req = Request(
-            request_id=str(k), prompt_token_ids=prompt, sampling_params=params,
-            pooling_params=None, block_hasher=hasher,
+            request_id=str(k),
+            prompt_token_ids=prompt,
+            sampling_params=params,
+            pooling_params=None,
+            block_hasher=hasher,
         )
         blocks, hit, _ = mgr.get_computed_blocks(req)
         new = mgr.allocate_slots(req, req.num_tokens - hit, num_new_computed_tokens=hit, new_computed_blocks=blocks)

@@ -85,7 +85,9 @@ def test_xxhash_without_seed_reports_the_drawn_seed():
         pytest.param(["--tokens", "0:40", "--block-size", "0"], "--block-size", id="block-size-0"),
         pytest.param(["--tokens", "0:40", "--algo", "md5"], "'md5'", id="unknown-algo"),
         pytest.param(["--tokens", "0:0"], "no tokens", id="empty-list"),
-        pytest.param(["--tokens", "0:16", "--mm", "img:10:20"], "outside the 16-token prompt", id="image-outside-tokens"),
+        pytest.param(
+            ["--tokens", "0:16", "--mm", "img:10:20"], "outside the 16-token prompt", id="image-outside-tokens"
+        ),
         pytest.param(["--tokens", "0:16", "--lora-path", "p"], "--lora", id="lora-path-without-lora"),
         pytest.param(["--tokens", "5:2"], "after end", id="reversed-range"),
     ],

@@ -71,8 +71,9 @@ def test_lessons_name_no_machine_paths():
 def test_run_command_exits_zero_for_every_lesson():
     """`python -m explorer run FILE` is the contract: exit 0 when every expect holds."""
     for path in TOMLS:
-        proc = subprocess.run([sys.executable, "-m", "explorer", "run", str(path)], cwd=REPO,
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-m", "explorer", "run", str(path)], cwd=REPO, capture_output=True, text=True, timeout=120
+        )
         assert proc.returncode == 0, f"{path.name}: exit {proc.returncode}\n{proc.stderr}"
 
 
@@ -88,7 +89,8 @@ def test_kv_events_block0_is_the_spec_test_vector():
     admit = trace.steps[1]
     stored = admit.events[0]
     assert admit.hashed == () and trace.steps[0].hashed[0].hash.hex() == (
-        "fe8fa5dda3210d0ca2031e37cbe3b001186773cd1c710beb2d45fcb51d434798")
+        "fe8fa5dda3210d0ca2031e37cbe3b001186773cd1c710beb2d45fcb51d434798"
+    )
     assert trace.none_hash.hex() == "066b1e8987e027138e98701c46128929378935f9b6cd1549105ae6b4f0d71198"
     assert stored.block_hashes[0] == 3262291359910021016
     assert stored.parent_block_hash is None

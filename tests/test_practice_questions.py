@@ -108,7 +108,14 @@ def test_follow_ups_rubric_and_value_of_a_hit():
 
 
 def test_measurements_are_read_from_json(tmp_path):
-    rec = {"model": "tiny", "device": "cpu", "prompt_tokens": 1200, "hit_tokens": 992, "full_ms": 10.0, "cached_ms": 2.0}
+    rec = {
+        "model": "tiny",
+        "device": "cpu",
+        "prompt_tokens": 1200,
+        "hit_tokens": 992,
+        "full_ms": 10.0,
+        "cached_ms": 2.0,
+    }
     (tmp_path / "prefill.json").write_text(__import__("json").dumps({"runs": [rec, {"x": 1}]}))
     (tmp_path / "broken.json").write_text("{")
     found = P.load_measurements(tmp_path)

@@ -68,7 +68,7 @@ def test_round_trips_through_toml(seed):
 def test_features_are_covered(generated):
     """Over 50 seeds the generator reaches every op and every feature it promises."""
     algos, block_sizes, flags = set(), set(), set()
-    for seed, raw in generated.items():
+    for _seed, raw in generated.items():
         scenario = parse_scenario_dict(raw)
         eng = scenario.engine
         algos.add(eng.hash_algo)
@@ -88,8 +88,11 @@ def test_features_are_covered(generated):
                 if before.status == "preempted":
                     flags.add("admit after preemption")
                 elif before.status == "running":
-                    flags.add("admit past the prompt" if before.num_computed_tokens >= before.num_prompt_tokens
-                              else "admit next chunk")
+                    flags.add(
+                        "admit past the prompt"
+                        if before.num_computed_tokens >= before.num_prompt_tokens
+                        else "admit next chunk"
+                    )
             if op.op == "arrive":
                 if op.id in finished:
                     flags.add("reused id")
@@ -120,15 +123,42 @@ def test_features_are_covered(generated):
     assert algos == {"sha256", "sha256_cbor", "xxhash", "xxhash_cbor"}
     assert {1, 2, 4, 16} <= block_sizes
     want = {
-        "arrive", "admit", "sample", "decode", "generate", "finish", "preempt", "reset",
-        "reused id", "lora explicit path", "lora default path", "cache_salt", "prompt_logprobs",
-        "image spanning blocks", "chunked admit", "failed allocation", "hit", "eviction",
-        "reset preempted running", "small max_model_len",
-        "admit after preemption", "admit past the prompt", "admit next chunk",
-        ("reset", True, True), ("reset", False, True), ("reset", False, False),
-        ("explicit seed", True), ("default seed", True), ("explicit seed", False), ("default seed", False),
-        ("caching", True), ("caching", False), ("events", True), ("events", False),
-        ("int hashes", True), ("int hashes", False),
+        "arrive",
+        "admit",
+        "sample",
+        "decode",
+        "generate",
+        "finish",
+        "preempt",
+        "reset",
+        "reused id",
+        "lora explicit path",
+        "lora default path",
+        "cache_salt",
+        "prompt_logprobs",
+        "image spanning blocks",
+        "chunked admit",
+        "failed allocation",
+        "hit",
+        "eviction",
+        "reset preempted running",
+        "small max_model_len",
+        "admit after preemption",
+        "admit past the prompt",
+        "admit next chunk",
+        ("reset", True, True),
+        ("reset", False, True),
+        ("reset", False, False),
+        ("explicit seed", True),
+        ("default seed", True),
+        ("explicit seed", False),
+        ("default seed", False),
+        ("caching", True),
+        ("caching", False),
+        ("events", True),
+        ("events", False),
+        ("int hashes", True),
+        ("int hashes", False),
     }
     assert want <= flags, sorted(map(str, want - flags))
 

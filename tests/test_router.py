@@ -22,8 +22,15 @@ SMALL = R.FleetConfig(
     title="small",
     fleet=R.FleetSpec(instances=3, num_blocks=600),
     workload=R.WorkloadSpec(
-        seed=3, requests=60, tenants=2, system_prompts=3, system_prompt_tokens=(200, 400),
-        user_tokens=(20, 120), output_tokens=(20, 80), turns=(2, 6), session_gap_ms=150.0,
+        seed=3,
+        requests=60,
+        tenants=2,
+        system_prompts=3,
+        system_prompt_tokens=(200, 400),
+        user_tokens=(20, 120),
+        output_tokens=(20, 80),
+        turns=(2, 6),
+        session_gap_ms=150.0,
     ),
 )
 
@@ -111,7 +118,7 @@ def test_router_hashes_match_an_engines_published_events():
     prompt = tuple(range(100, 150))  # 3 full blocks of 16 + 2 tokens
     eng = ScenarioEngine(Scenario("t", EngineConfig(num_blocks=20), ()), record=False)
     events = []
-    for i, op in enumerate([Op(0, "arrive", id="a", prompt=prompt), Op(1, "admit", id="a"), Op(2, "finish", id="a")]):
+    for _i, op in enumerate([Op(0, "arrive", id="a", prompt=prompt), Op(1, "admit", id="a"), Op(2, "finish", id="a")]):
         events += eng.apply(op).events
     stream = KVEventStream()
     stream.feed_live(live_frames(b"instance-0", 0, encode_batch(KVEventBatch(1.0, events, 0))), now=0.0)
@@ -265,15 +272,15 @@ def test_lost_events_count_gaps_and_give_fewer_matches(stream, healthy):
 
 def test_explanations_are_generated_from_the_numbers(stream):
     res = R.simulate(with_failures(router_hash_algo="sha256_cbor"), stream=stream)
-    (name, text), = R.explain(res)
+    ((name, text),) = R.explain(res)
     assert name == "router_hash_algo"
     assert "sha256_cbor" in text and "matched 0 tokens" in text
     assert f"{res.runs[R.BASELINE].hit_rate:.1%}" in text
     res = R.simulate(with_failures(drop_batches=0.3), stream=stream)
-    (name, text), = R.explain(res)
+    ((name, text),) = R.explain(res)
     assert name == "drop_batches" and f"{res.runs['prefix'].dropped_batches:,} of" in text
     res = R.simulate(SMALL, stream=stream)
-    (name, text), = R.explain(res)
+    ((name, text),) = R.explain(res)
     assert name == "healthy" and f"{res.runs['prefix'].hit_rate:.1%}" in text
 
 
@@ -369,7 +376,10 @@ def test_default_config_equals_the_first_example():
         ("[workload]\nrequests = true\n", r"\[workload\] requests"),
         ("[failures]\ndrop_batches = 1.0\n", r"\[failures\] drop_batches"),
         ("[failures]\nrouter_ignores_salt = true\n", r"\[failures\] router_ignores_salt: needs tenant_salt"),
-        ("[workload]\n[[workload.system_prompt]]\ntext = 'a'\nprompt = '1:5'\n", r"system_prompt\[0\]: give exactly one"),
+        (
+            "[workload]\n[[workload.system_prompt]]\ntext = 'a'\nprompt = '1:5'\n",
+            r"system_prompt\[0\]: give exactly one",
+        ),
         ("[workload]\n[[workload.system_prompt]]\nprompt = 'x:y'\n", r"system_prompt\[0\].prompt"),
         ("[fleet]\ninstances = 16\nnum_blocks = 100000\n", r"\[fleet\] num_blocks: 16 instances"),
         ("fleet = 3\n", r"\[fleet\] must be a table"),

@@ -17,13 +17,16 @@ from explorer.trace import replay
 
 ROOT = Path(__file__).resolve().parents[1]
 
-HEAD = '[engine]\nblock_size = 4\nnum_blocks = 8\n'
+HEAD = "[engine]\nblock_size = 4\nnum_blocks = 8\n"
 
 
 def run(path: Path, *flags: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "explorer", "run", str(path), *flags],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -47,23 +50,56 @@ BAD = {
     "unknown key": (steps(ARRIVE_A + '\ncolour = "red"'), ["step 1 (arrive A)", "colour"]),
     "unknown expect key": (steps(ARRIVE_A, ADMIT_A + "\nexpect = { hits = 3 }"), ["step 2 (admit A)", "expect.hits"]),
     "expect key the op does not report": (steps(ARRIVE_A + "\nexpect = { hit_tokens = 0 }"), ["step 1", "hit_tokens"]),
-    "letters in a token spec": (steps('op = "arrive"\nid = "A"\nprompt = "0:1o"'), ["step 1 (arrive A)", "prompt", "0:1o"]),
+    "letters in a token spec": (
+        steps('op = "arrive"\nid = "A"\nprompt = "0:1o"'),
+        ["step 1 (arrive A)", "prompt", "0:1o"],
+    ),
     "negative range": (steps('op = "arrive"\nid = "A"\nprompt = "-3:4"'), ["prompt", "-3:4"]),
     "reversed range": (steps('op = "arrive"\nid = "A"\nprompt = "9:4"'), ["prompt", "start 9 is after end 4"]),
     "block size 0": ("[engine]\nblock_size = 0\n", ["engine.block_size"]),
     "num_blocks below 2": ("[engine]\nnum_blocks = 1\n", ["engine.num_blocks"]),
-    "prompt past max_model_len": ("[engine]\nmax_model_len = 8\n[[steps]]\n" + 'op = "arrive"\nid = "A"\nprompt = "0:9"', ["prompt", "max_model_len"]),
+    "prompt past max_model_len": (
+        "[engine]\nmax_model_len = 8\n[[steps]]\n" + 'op = "arrive"\nid = "A"\nprompt = "0:9"',
+        ["prompt", "max_model_len"],
+    ),
     "empty prompt": (steps('op = "arrive"\nid = "A"\nprompt = []'), ["prompt", "empty prompt"]),
     "unknown request id": (steps(ADMIT_A), ["step 1 (admit A)", "id", "no live request 'A'"]),
     "duplicate live id": (steps(ARRIVE_A, ARRIVE_A), ["step 2 (arrive A)", "already live"]),
-    "decode with nothing pending": (steps(ARRIVE_A, ADMIT_A, 'op = "decode"\nid = "A"'), ["step 3 (decode A)", "no pending token"]),
-    "preempting a waiting request": (steps(ARRIVE_A, 'op = "preempt"\nid = "A"'), ["step 2 (preempt A)", "only a running request"]),
-    "admitting a fully computed request": (steps(ARRIVE_A, ADMIT_A, ADMIT_A), ["step 3 (admit A)", "nothing left to compute"]),
-    "sample on a waiting request": (steps(ARRIVE_A, 'op = "sample"\nid = "A"\ntokens = "1"'), ["step 2 (sample A)", "must be running"]),
-    "a bare integer for sampled tokens": (steps(ARRIVE_A, ADMIT_A, 'op = "sample"\nid = "A"\ntokens = 7'), ["step 3 (sample A)", "tokens", "bare integer"]),
-    "image outside the prompt": (steps(ARRIVE_A + '\nmm = [{id = "img", offset = 8, length = 4}]'), ["step 1 (arrive A)", "mm", "outside the 10-token prompt"]),
-    "overlapping images": (steps(ARRIVE_A + '\nmm = [{id = "a", offset = 0, length = 4}, {id = "b", offset = 2, length = 2}]'), ["mm", "overlaps"]),
-    "LoRA with two paths": (steps(ARRIVE_A + '\nlora = "x"\nlora_path = "p1"', 'op = "arrive"\nid = "B"\nprompt = "0:4"\nlora = "x"\nlora_path = "p2"'), ["step 2 (arrive B)", "lora_path", "already has path"]),
+    "decode with nothing pending": (
+        steps(ARRIVE_A, ADMIT_A, 'op = "decode"\nid = "A"'),
+        ["step 3 (decode A)", "no pending token"],
+    ),
+    "preempting a waiting request": (
+        steps(ARRIVE_A, 'op = "preempt"\nid = "A"'),
+        ["step 2 (preempt A)", "only a running request"],
+    ),
+    "admitting a fully computed request": (
+        steps(ARRIVE_A, ADMIT_A, ADMIT_A),
+        ["step 3 (admit A)", "nothing left to compute"],
+    ),
+    "sample on a waiting request": (
+        steps(ARRIVE_A, 'op = "sample"\nid = "A"\ntokens = "1"'),
+        ["step 2 (sample A)", "must be running"],
+    ),
+    "a bare integer for sampled tokens": (
+        steps(ARRIVE_A, ADMIT_A, 'op = "sample"\nid = "A"\ntokens = 7'),
+        ["step 3 (sample A)", "tokens", "bare integer"],
+    ),
+    "image outside the prompt": (
+        steps(ARRIVE_A + '\nmm = [{id = "img", offset = 8, length = 4}]'),
+        ["step 1 (arrive A)", "mm", "outside the 10-token prompt"],
+    ),
+    "overlapping images": (
+        steps(ARRIVE_A + '\nmm = [{id = "a", offset = 0, length = 4}, {id = "b", offset = 2, length = 2}]'),
+        ["mm", "overlaps"],
+    ),
+    "LoRA with two paths": (
+        steps(
+            ARRIVE_A + '\nlora = "x"\nlora_path = "p1"',
+            'op = "arrive"\nid = "B"\nprompt = "0:4"\nlora = "x"\nlora_path = "p2"',
+        ),
+        ["step 2 (arrive B)", "lora_path", "already has path"],
+    ),
     "empty LoRA path": (steps(ARRIVE_A + '\nlora = "x"\nlora_path = ""'), ["lora_path", "must not be empty"]),
     "unknown engine key": ("[engine]\nblocks = 3\n", ["engine", "unknown key 'blocks'"]),
     "unknown hash algorithm": ('[engine]\nhash_algo = "md5"\n', ["engine.hash_algo", "md5"]),
@@ -98,7 +134,11 @@ def test_missing_file_and_directory(tmp_path: Path) -> None:
 
 
 def test_failed_expect_lists_every_failure_prints_json_exit_1(tmp_path: Path) -> None:
-    text = steps(ARRIVE_A, ADMIT_A + "\nexpect = { hit_tokens = 4, new_block_ids = [7] }", 'op = "finish"\nid = "A"\nexpect = { num_free_blocks = 1 }')
+    text = steps(
+        ARRIVE_A,
+        ADMIT_A + "\nexpect = { hit_tokens = 4, new_block_ids = [7] }",
+        'op = "finish"\nid = "A"\nexpect = { num_free_blocks = 1 }',
+    )
     proc = run(write(tmp_path, text), "--json")
     assert proc.returncode == 1
     out = json.loads(proc.stdout)
@@ -137,8 +177,8 @@ def test_generate_leaves_the_last_token_pending() -> None:
 
 def test_failed_admission_changes_nothing() -> None:
     sc = parse_scenario_text(
-        HEAD + "\n[[steps]]\nop = \"arrive\"\nid = \"A\"\nprompt = \"0:40\"\n"
-        "\n[[steps]]\nop = \"admit\"\nid = \"A\"\nexpect = { ok = false, hit_tokens = 0, new_block_ids = [] }\n"
+        HEAD + '\n[[steps]]\nop = "arrive"\nid = "A"\nprompt = "0:40"\n'
+        '\n[[steps]]\nop = "admit"\nid = "A"\nexpect = { ok = false, hit_tokens = 0, new_block_ids = [] }\n'
     )
     t = replay(sc)
     assert not t.expect_failures
@@ -174,7 +214,9 @@ def test_xxhash_seed_is_reported_and_reproduces() -> None:
 
 
 def test_scenario_round_trips_through_toml() -> None:
-    sc = parse_scenario_text(steps(ARRIVE_A + '\ncache_salt = "t1"\nmm = [{id = "i", offset = 2, length = 3}]', ADMIT_A + "\ntokens = 4"))
+    sc = parse_scenario_text(
+        steps(ARRIVE_A + '\ncache_salt = "t1"\nmm = [{id = "i", offset = 2, length = 3}]', ADMIT_A + "\ntokens = 4")
+    )
     again = parse_scenario_text(sc.to_toml())
     assert replay(again).to_json() == replay(sc).to_json()
 

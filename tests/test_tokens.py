@@ -42,6 +42,7 @@ def _survives(text: str) -> bool:
     """Whether every byte of `text` has a token, so decode(encode(text)) gives it back."""
     return not any(c in DROPPED_CONTROLS or 0x40000 <= ord(c) < 0xC0000 for c in text)
 
+
 # --- token spec ---------------------------------------------------------------------------------
 
 

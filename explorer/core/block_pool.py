@@ -105,9 +105,7 @@ class BlockPool:
         use_int_block_hashes: bool = True,
     ) -> None:
         if not isinstance(num_gpu_blocks, int) or num_gpu_blocks < 2:
-            raise ConfigError(
-                f"num_blocks must be an integer >= 2 (block 0 is the null block), got {num_gpu_blocks!r}"
-            )
+            raise ConfigError(f"num_blocks must be an integer >= 2 (block 0 is the null block), got {num_gpu_blocks!r}")
         self.num_gpu_blocks = num_gpu_blocks
         self.enable_caching = enable_caching
         self.enable_kv_cache_events = enable_kv_cache_events

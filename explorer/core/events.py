@@ -111,6 +111,4 @@ def encode_batch(batch: KVEventBatch) -> bytes:
     """The msgpack payload vLLM's publisher sends for a batch."""
     import msgspec
 
-    return msgspec.msgpack.encode(
-        [float(batch.ts), [event_to_map(e) for e in batch.events], batch.data_parallel_rank]
-    )
+    return msgspec.msgpack.encode([float(batch.ts), [event_to_map(e) for e in batch.events], batch.data_parallel_rank])

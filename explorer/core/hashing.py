@@ -85,14 +85,10 @@ def get_hash_fn_by_name(name: str) -> Callable[[Any], bytes]:
     try:
         return _HASH_FNS[name]
     except KeyError:
-        raise ConfigError(
-            f"unsupported hash algorithm {name!r}: expected one of {', '.join(HASH_ALGOS)}"
-        ) from None
+        raise ConfigError(f"unsupported hash algorithm {name!r}: expected one of {', '.join(HASH_ALGOS)}") from None
 
 
-def resolve_none_hash_seed(
-    algo: str, hash_seed: str | None, urandom: Callable[[int], bytes] = os.urandom
-) -> str:
+def resolve_none_hash_seed(algo: str, hash_seed: str | None, urandom: Callable[[int], bytes] = os.urandom) -> str:
     """The seed string NONE_HASH is hashed from. ``hash_seed`` plays PYTHONHASHSEED: None means
     unset (an empty string is a set seed, as it is for vLLM)."""
     get_hash_fn_by_name(algo)

@@ -167,7 +167,11 @@ class KVCacheManager:
         """The pool's queued events; BlockStored gets its group's spec kind and window."""
         events = self.block_pool.take_events()
         for ev in events:
-            if isinstance(ev, BlockStored) and ev.group_idx is not None and 0 <= ev.group_idx < len(self.single_type_managers):
+            if (
+                isinstance(ev, BlockStored)
+                and ev.group_idx is not None
+                and 0 <= ev.group_idx < len(self.single_type_managers)
+            ):
                 m = self.single_type_managers[ev.group_idx]
                 ev.kv_cache_spec_kind = m.kind
                 ev.kv_cache_spec_sliding_window = m.sliding_window

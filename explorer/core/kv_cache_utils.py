@@ -190,10 +190,7 @@ def to_event_extra_keys(extra_keys: Iterable[tuple | None] | None) -> list[tuple
     its bare value (the LoRA path is dropped). One entry per block; None if there are none."""
     if not extra_keys:
         return None
-    out = [
-        None if keys is None else tuple(k[1:] if k[0] == "mm" else k[1] for k in keys)
-        for keys in extra_keys
-    ]
+    out = [None if keys is None else tuple(k[1:] if k[0] == "mm" else k[1] for k in keys) for keys in extra_keys]
     return out or None
 
 
@@ -209,9 +206,7 @@ def hash_block_tokens(
     return BlockHash(ctx.hash_fn((parent_block_hash, tuple(curr_block_token_ids), extra_keys)))
 
 
-def get_request_block_hasher(
-    block_size: int, ctx: HashContext
-) -> Callable[[Request], list[BlockHash]]:
+def get_request_block_hasher(block_size: int, ctx: HashContext) -> Callable[[Request], list[BlockHash]]:
     """A function that hashes every full block of a request not hashed yet, chained from the
     last known hash (kv_cache_utils.py:836-895). A partial tail gets no hash; it is hashed when
     sampled tokens fill it."""

@@ -27,7 +27,9 @@ class SingleTypeKVCacheManager:
     kind = "unknown"  # BlockStored.kv_cache_spec_kind of this group
     sliding_window: int | None = None
 
-    def __init__(self, block_pool: BlockPool, block_size: int, kv_cache_group_id: int = 0, enable_caching: bool = True) -> None:
+    def __init__(
+        self, block_pool: BlockPool, block_size: int, kv_cache_group_id: int = 0, enable_caching: bool = True
+    ) -> None:
         self.block_pool = block_pool
         self.block_size = block_size
         self.kv_cache_group_id = kv_cache_group_id
@@ -84,7 +86,12 @@ class SingleTypeKVCacheManager:
         if num_cached >= num_full:
             return
         self.block_pool.cache_full_blocks(
-            request, self.req_to_blocks[request.request_id], num_cached, num_full, self.block_size, self.kv_cache_group_id
+            request,
+            self.req_to_blocks[request.request_id],
+            num_cached,
+            num_full,
+            self.block_size,
+            self.kv_cache_group_id,
         )
         self.num_cached_block[request.request_id] = num_full
 

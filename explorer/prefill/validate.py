@@ -31,9 +31,7 @@ def check_settings(model: str, device: str, prompt_tokens: int, hit_tokens: int)
     if prompt_tokens < 1:
         raise BadInput(f"--prompt must be at least 1 token, got {prompt_tokens}")
     if prompt_tokens > cfg.max_model_len:
-        raise BadInput(
-            f"--prompt {prompt_tokens} is longer than {cfg.name}'s context of {cfg.max_model_len:,} tokens"
-        )
+        raise BadInput(f"--prompt {prompt_tokens} is longer than {cfg.name}'s context of {cfg.max_model_len:,} tokens")
     if hit_tokens < 0 or hit_tokens % BLOCK_SIZE:
         raise BadInput(f"--hit {hit_tokens} must be a non-negative multiple of the block size {BLOCK_SIZE}")
     cap = max_hit(prompt_tokens)
@@ -50,7 +48,7 @@ def torch_available() -> bool:
 
 
 def resolve_device(device: str, cfg: ModelConfig) -> str:
-    """"cpu" or "cuda" for the requested device, or BadInput saying why it cannot run."""
+    """ "cpu" or "cuda" for the requested device, or BadInput saying why it cannot run."""
     if not torch_available():
         raise BadInput(f"the prefill measurement needs torch ({TORCH_HINT})")
     import torch

@@ -51,7 +51,9 @@ REFS: dict[str, Ref] = {
     "evict": Ref("BlockPool._maybe_evict_cached_block", f"{_BP}:732-753"),
     "map_pop": Ref("BlockHashToBlockMap.pop", f"{_BP}:101-127"),
     "reset": Ref("BlockPool.reset_prefix_cache", f"{_BP}:830-869"),
-    "reset_running": Ref("the scheduler preempts its running queue from the end", "vllm/v1/core/sched/scheduler.py:2794-2804"),
+    "reset_running": Ref(
+        "the scheduler preempts its running queue from the end", "vllm/v1/core/sched/scheduler.py:2794-2804"
+    ),
     "record_stats": Ref("record_prefix_cache_stats (at admission)", "vllm/v1/core/sched/scheduler.py:1252-1256"),
     "prefix_cache_stats": Ref("PrefixCacheStats", "vllm/v1/metrics/stats.py:116-143"),
     "caching_metrics": Ref("CachingMetrics (window of ~1000 requests)", "vllm/v1/metrics/stats.py:35-113"),
@@ -131,9 +133,13 @@ def _extra_sentence(step: Step) -> str | None:
     op = step.op
     parts = []
     if op.lora is not None:
-        parts.append(f"the LoRA {op.lora.name!r} is an extra key of every block, so none of these hashes equals the base model's")
+        parts.append(
+            f"the LoRA {op.lora.name!r} is an extra key of every block, so none of these hashes equals the base model's"
+        )
     if op.cache_salt:
-        parts.append(f"cache_salt {op.cache_salt!r} is an extra key of block 0 only, and since every later hash chains through block 0 the whole chain differs from an unsalted one")
+        parts.append(
+            f"cache_salt {op.cache_salt!r} is an extra key of block 0 only, and since every later hash chains through block 0 the whole chain differs from an unsalted one"
+        )
     for m in op.mm:
         touched = [h.index for h in step.hashed if h.start < m.offset + m.length and m.offset < h.end]
         where = f"block{'s' if len(touched) != 1 else ''} {_ids(touched)}" if touched else "no full block"
@@ -154,10 +160,17 @@ def hashing_panel(trace: Trace, k: int) -> Panel | None:
         n = len(op.prompt)
         full = n // bs
         if not eng.enable_prefix_caching:
-            return Panel("hashing", 1, PANEL_TITLES["hashing"], (REFS["request_init"],), (
-                f"{op.id} arrives with {_n(n, 'token')}, {_blocks(full)} of {bs} when full.",
-                "Prefix caching is off, so vLLM builds no block hasher: the request carries no block hashes, nothing is looked up and nothing is cached.",
-            ), "no hasher")
+            return Panel(
+                "hashing",
+                1,
+                PANEL_TITLES["hashing"],
+                (REFS["request_init"],),
+                (
+                    f"{op.id} arrives with {_n(n, 'token')}, {_blocks(full)} of {bs} when full.",
+                    "Prefix caching is off, so vLLM builds no block hasher: the request carries no block hashes, nothing is looked up and nothing is cached.",
+                ),
+                "no hasher",
+            )
         s = [f"{op.id} has {_n(n, 'token')}: {_blocks(full)} of {bs} tokens and {_tail_words(n, bs)}."]
         if full:
             s.append(
@@ -170,7 +183,9 @@ def hashing_panel(trace: Trace, k: int) -> Panel | None:
         if extra:
             s.append(extra)
         elif op.prompt_logprobs:
-            s.append("prompt_logprobs is set: the hashes exist, but the lookup will be skipped because every prompt token must be computed.")
+            s.append(
+                "prompt_logprobs is set: the hashes exist, but the lookup will be skipped because every prompt token must be computed."
+            )
         elif full:
             s.append("KV events publish each digest's last 8 bytes as a 64-bit integer (the event form below).")
         refs = refs_arrive + (REFS["none_hash"],) + ((REFS["extra_keys"],) if extra else ()) + (REFS["event_hash"],)
@@ -184,7 +199,14 @@ def hashing_panel(trace: Trace, k: int) -> Panel | None:
             f"{_n(toks, 'output token')} took {op.id} to {_n(n, 'token')}, and {_blocks(len(idx))} became full: block{'s' if len(idx) > 1 else ''} {_ids(idx)} got {'their hashes' if len(idx) > 1 else 'its hash'}.",
             f"The hasher runs again each time a token is appended and continues the chain from block {idx[0] - 1}'s hash; a hash exists before any KV is computed, and the block is cached only when allocate_slots covers it.",
         ]
-        return Panel("hashing", 1, PANEL_TITLES["hashing"], (REFS["append_output"], REFS["block_hasher"], REFS["hash_block_tokens"]), tuple(s), f"{len(idx)} hashed")
+        return Panel(
+            "hashing",
+            1,
+            PANEL_TITLES["hashing"],
+            (REFS["append_output"], REFS["block_hasher"], REFS["hash_block_tokens"]),
+            tuple(s),
+            f"{len(idx)} hashed",
+        )
     return None
 
 
@@ -197,10 +219,17 @@ def lookup_panel(trace: Trace, k: int) -> Panel | None:
     bs = trace.scenario.engine.block_size
     refs = (REFS["get_computed_blocks"], REFS["hit_cap"], REFS["find_longest_cache_hit"])
     if lk.skipped:
-        return Panel("lookup", 2, PANEL_TITLES["lookup"], (REFS["get_computed_blocks"],), (
-            f"No lookup for {rid}: {lk.skipped}.",
-            f"get_computed_blocks returns no blocks and 0 hit tokens, so all {_n(lk.num_tokens, 'token')} will be computed.",
-        ), "skipped")
+        return Panel(
+            "lookup",
+            2,
+            PANEL_TITLES["lookup"],
+            (REFS["get_computed_blocks"],),
+            (
+                f"No lookup for {rid}: {lk.skipped}.",
+                f"get_computed_blocks returns no blocks and 0 hit tokens, so all {_n(lk.num_tokens, 'token')} will be computed.",
+            ),
+            "skipped",
+        )
     hits = sum(1 for _, hit, _ in lk.probes if hit)
     missed = any(not hit for _, hit, _ in lk.probes)
     s = [
@@ -210,7 +239,7 @@ def lookup_panel(trace: Trace, k: int) -> Panel | None:
     if lk.cap_blocks == 0:
         s.append("That is no block at all, so the hit is 0 tokens.")
     elif missed and hits == 0:
-        s.append(f"Block 0 missed, and every later hash chains through it, so the walk stops there: hit = 0 tokens.")
+        s.append("Block 0 missed, and every later hash chains through it, so the walk stops there: hit = 0 tokens.")
     elif missed:
         s.append(
             f"Blocks 0-{hits - 1} hit and block {hits} missed; every later hash chains through the missing one, so the walk stops at the first miss: "
@@ -219,7 +248,11 @@ def lookup_panel(trace: Trace, k: int) -> Panel | None:
     else:
         s.append(
             f"{('Both blocks' if hits == 2 else 'All ' + _blocks(hits)) if hits > 1 else 'The one block'} it may look at hit, so the walk ends at the cap: hit = {hits} x {bs} = {lk.hit_tokens:,} tokens"
-            + (f"; the other {_n(lk.num_tokens - lk.hit_tokens, 'token')} are computed even if more of them are cached." if lk.num_tokens - lk.hit_tokens > 0 else ".")
+            + (
+                f"; the other {_n(lk.num_tokens - lk.hit_tokens, 'token')} are computed even if more of them are cached."
+                if lk.num_tokens - lk.hit_tokens > 0
+                else "."
+            )
         )
     s.append("The lookup only reads the hash map: no ref_cnt changes until allocate_slots succeeds.")
     return Panel("lookup", 2, PANEL_TITLES["lookup"], refs, tuple(s), f"hit {lk.hit_tokens:,}")
@@ -232,7 +265,13 @@ def allocate_panel(trace: Trace, k: int) -> Panel | None:
     op = step.op
     rid = op.id
     new_ids = list(step.new_block_ids or ())
-    refs = (REFS["allocate_slots"], REFS["admission_check"], REFS["blocks_to_allocate"], REFS["touch"], REFS["get_new_blocks"])
+    refs = (
+        REFS["allocate_slots"],
+        REFS["admission_check"],
+        REFS["blocks_to_allocate"],
+        REFS["touch"],
+        REFS["get_new_blocks"],
+    )
     s: list[str] = []
     if op.op == "admit":
         a = step.admissions[0]
@@ -253,7 +292,11 @@ def allocate_panel(trace: Trace, k: int) -> Panel | None:
         if op.op == "decode":
             s.append(
                 f"allocate_slots gives the pending token{'s' if (step.admissions[0].num_new_tokens > 1) else ''} a slot; "
-                + (f"{_n(len(new_ids), 'new block')} {'was' if len(new_ids) == 1 else 'were'} needed because the request's last block was full." if new_ids else "the last block still had room, so no new block was needed.")
+                + (
+                    f"{_n(len(new_ids), 'new block')} {'was' if len(new_ids) == 1 else 'were'} needed because the request's last block was full."
+                    if new_ids
+                    else "the last block still had room, so no new block was needed."
+                )
             )
         else:
             s.append(
@@ -261,7 +304,9 @@ def allocate_panel(trace: Trace, k: int) -> Panel | None:
                 f"{grew} of them needed a new block because the request's last block was full."
             )
         if not step.ok:
-            s.append("The last call found no free block and returned None: generation stops there (there is no implicit preemption).")
+            s.append(
+                "The last call found no free block and returned None: generation stops there (there is no implicit preemption)."
+            )
     if step.touched:
         from_free = len(step.touched_from_free)
         shared = len(step.touched) - from_free
@@ -269,8 +314,14 @@ def allocate_panel(trace: Trace, k: int) -> Panel | None:
         if from_free:
             parts.append(f"{from_free:,} left the free queue (ref_cnt 0 -> 1)")
         if shared:
-            parts.append(f"{shared} {'was' if shared == 1 else 'were'} in use by another request and {'is' if shared == 1 else 'are'} now shared")
-        s.append(f"touch() first adds 1 to the ref_cnt of the {_n(len(step.touched), 'hit block')}: " + " and ".join(parts) + ".")
+            parts.append(
+                f"{shared} {'was' if shared == 1 else 'were'} in use by another request and {'is' if shared == 1 else 'are'} now shared"
+            )
+        s.append(
+            f"touch() first adds 1 to the ref_cnt of the {_n(len(step.touched), 'hit block')}: "
+            + " and ".join(parts)
+            + "."
+        )
     if new_ids:
         ev = len(step.evicted)
         s.append(
@@ -328,7 +379,9 @@ def caching_panel(trace: Trace, k: int) -> Panel | None:
     else:
         stored = sum(1 for e in step.events if type(e).__name__ == "BlockStored")
         if stored:
-            s.append(f"{_n(stored, 'BlockStored event')} announce{'s' if stored == 1 else ''} the new hashes, with the parent hash and the token ids they cover.")
+            s.append(
+                f"{_n(stored, 'BlockStored event')} announce{'s' if stored == 1 else ''} the new hashes, with the parent hash and the token ids they cover."
+            )
     return Panel("caching", 4, PANEL_TITLES["caching"], refs, tuple(s), f"{len(idx)} cached")
 
 
@@ -344,7 +397,9 @@ def free_panel(trace: Trace, k: int) -> Panel | None:
     who = op.id if op.op != "reset" else ", ".join(step.preempted)
     s = []
     if op.op == "finish":
-        s.append(f"free({who}) hands back its {_blocks(len(step.freed))} in reverse order (last block first), and each ref_cnt drops by 1.")
+        s.append(
+            f"free({who}) hands back its {_blocks(len(step.freed))} in reverse order (last block first), and each ref_cnt drops by 1."
+        )
     else:
         s.append(
             f"{who} {'is' if len(step.preempted) == 1 else 'are'} preempted: the blocks are freed as on finish, in reverse order, "
@@ -352,13 +407,19 @@ def free_panel(trace: Trace, k: int) -> Panel | None:
         )
     parts = []
     if front:
-        parts.append(f"{_n(len(front), 'block')} without a hash ({_ids(front)}) go{'es' if len(front) == 1 else ''} to the front of the free queue, to be reused first")
+        parts.append(
+            f"{_n(len(front), 'block')} without a hash ({_ids(front)}) go{'es' if len(front) == 1 else ''} to the front of the free queue, to be reused first"
+        )
     if back:
-        parts.append(f"{_n(len(back), 'hashed block')} ({_ids(back)}) go{'es' if len(back) == 1 else ''} to the back in this order, so a chain's last block is evicted before its first")
+        parts.append(
+            f"{_n(len(back), 'hashed block')} ({_ids(back)}) go{'es' if len(back) == 1 else ''} to the back in this order, so a chain's last block is evicted before its first"
+        )
     if parts:
         s.append("; ".join(parts)[0].upper() + "; ".join(parts)[1:] + ".")
     if held:
-        s.append(f"{_n(len(held), 'block')} ({_ids(held)}) {'is' if len(held) == 1 else 'are'} still used by another request (ref_cnt > 0) and stay out of the queue.")
+        s.append(
+            f"{_n(len(held), 'block')} ({_ids(held)}) {'is' if len(held) == 1 else 'are'} still used by another request (ref_cnt > 0) and stay out of the queue."
+        )
     else:
         s.append("Freeing sends no event: the hashes stay valid until a block is popped again.")
     summary = f"{len(step.freed)} freed"
@@ -385,7 +446,10 @@ def eviction_panel(trace: Trace, k: int) -> Panel | None:
             ]
             summary = "reset refused"
         if op.running and step.preempted:
-            s.insert(0, f"With running = true the running requests were preempted first, the last to start first: {', '.join(step.preempted)}.")
+            s.insert(
+                0,
+                f"With running = true the running requests were preempted first, the last to start first: {', '.join(step.preempted)}.",
+            )
         return Panel("eviction", 6, PANEL_TITLES["eviction"], refs, tuple(s), summary)
     if not step.evicted:
         return None
@@ -399,12 +463,25 @@ def eviction_panel(trace: Trace, k: int) -> Panel | None:
         f"Each eviction sends one BlockRemoved: {_n(removed, 'event')} this step.",
     ]
     if dup and not gone:
-        s.append(f"{'Each of these hashes is' if len(dup) > 1 else 'This hash is'} still cached in another block (a duplicate), so the hash map only lost one copy and lookups still hit.")
+        s.append(
+            f"{'Each of these hashes is' if len(dup) > 1 else 'This hash is'} still cached in another block (a duplicate), so the hash map only lost one copy and lookups still hit."
+        )
     elif dup:
-        s.append(f"{_n(len(gone), 'hash', 'hashes')} left the hash map; for {len(dup)} only one copy of a duplicate is gone and another block still serves the hash.")
+        s.append(
+            f"{_n(len(gone), 'hash', 'hashes')} left the hash map; for {len(dup)} only one copy of a duplicate is gone and another block still serves the hash."
+        )
     else:
-        s.append(f"Their {_n(len(gone), 'entry', 'entries')} left the hash map: a later request with the same prefix misses there.")
-    return Panel("eviction", 6, PANEL_TITLES["eviction"], (REFS["get_new_blocks"], REFS["evict"], REFS["map_pop"]), tuple(s), f"{len(step.evicted)} evicted")
+        s.append(
+            f"Their {_n(len(gone), 'entry', 'entries')} left the hash map: a later request with the same prefix misses there."
+        )
+    return Panel(
+        "eviction",
+        6,
+        PANEL_TITLES["eviction"],
+        (REFS["get_new_blocks"], REFS["evict"], REFS["map_pop"]),
+        tuple(s),
+        f"{len(step.evicted)} evicted",
+    )
 
 
 _BUILDERS = {
@@ -456,7 +533,14 @@ def now(trace: Trace, k: int) -> Now:
         bs = trace.scenario.engine.block_size
         full = n // bs if trace.scenario.engine.enable_prefix_caching else 0
         refs = (REFS["request_init"], REFS["block_hasher"])
-        s = [f"{rid} arrives with {_n(n, 'token')}" + (f" ({op.text and 'typed text, ' or ''}{_blocks(full)} hashed, {_tail_words(n, bs)})." if trace.scenario.engine.enable_prefix_caching else "; prefix caching is off, so it gets no block hashes.")]
+        s = [
+            f"{rid} arrives with {_n(n, 'token')}"
+            + (
+                f" ({op.text and 'typed text, ' or ''}{_blocks(full)} hashed, {_tail_words(n, bs)})."
+                if trace.scenario.engine.enable_prefix_caching
+                else "; prefix caching is off, so it gets no block hashes."
+            )
+        ]
         s.append("Nothing touches the pool yet: a request gets blocks only when it is admitted.")
     elif op.op == "admit":
         refs = (REFS["get_computed_blocks"], REFS["allocate_slots"])
@@ -466,18 +550,34 @@ def now(trace: Trace, k: int) -> Now:
         if step.ok:
             hit = step.hit_tokens or 0
             s = [
-                (f"{rid} hits {hit:,} of its {n:,} tokens" if step.lookup and not step.lookup.skipped else f"{rid} continues its prefill" if step.lookup is None else f"{rid} skips the lookup")
+                (
+                    f"{rid} hits {hit:,} of its {n:,} tokens"
+                    if step.lookup and not step.lookup.skipped
+                    else f"{rid} continues its prefill"
+                    if step.lookup is None
+                    else f"{rid} skips the lookup"
+                )
                 + f" and gets {_n(new, 'new block')}; the free queue goes from {prev.num_free_blocks:,} to {snap.num_free_blocks:,} blocks."
             ]
             if a is not None:
-                s.append(f"Admission check: {a.new_blocks_needed:,} new + {a.free_hit_blocks:,} free hit blocks = {a.required:,} <= {a.free_blocks:,} free.")
+                s.append(
+                    f"Admission check: {a.new_blocks_needed:,} new + {a.free_hit_blocks:,} free hit blocks = {a.required:,} <= {a.free_blocks:,} free."
+                )
         else:
-            s = [f"{rid} does not fit: {a.new_blocks_needed:,} new + {a.free_hit_blocks:,} free hit blocks = {a.required:,} > {a.free_blocks:,} free, so allocate_slots returns None and nothing changes."] if a else [f"{rid} could not be admitted."]
+            s = (
+                [
+                    f"{rid} does not fit: {a.new_blocks_needed:,} new + {a.free_hit_blocks:,} free hit blocks = {a.required:,} > {a.free_blocks:,} free, so allocate_slots returns None and nothing changes."
+                ]
+                if a
+                else [f"{rid} could not be admitted."]
+            )
     elif op.op in ("generate", "decode"):
         refs = (REFS["allocate_slots"],) + ((REFS["append_output"],) if op.op == "generate" else ())
         toks = len(op.tokens) if isinstance(op.tokens, tuple) else 0
         what = f"{rid} generates {_n(toks, 'token')}" if op.op == "generate" else f"{rid} computes its pending tokens"
-        s = [f"{what}: {_n(len(step.admissions), 'allocate_slots call')}, {_n(new, 'new block')}, {_n(len(step.cached), 'block')} cached."]
+        s = [
+            f"{what}: {_n(len(step.admissions), 'allocate_slots call')}, {_n(new, 'new block')}, {_n(len(step.cached), 'block')} cached."
+        ]
         if not step.ok:
             s.append("An allocation found no free block, so the op stopped there.")
         elif op.op == "generate":
@@ -486,8 +586,14 @@ def now(trace: Trace, k: int) -> Now:
         refs = (REFS["append_output"],)
         toks = len(op.tokens) if isinstance(op.tokens, tuple) else 0
         made = len(step.hashed)
-        s = [f"{rid} samples {_n(toks, 'token')}; they are not computed yet, so the pool does not change"
-             + (f", but {_n(made, 'new block hash', 'new block hashes')} exist{'s' if made == 1 else ''} now." if made else ", and no block became full, so there is no new hash.")]
+        s = [
+            f"{rid} samples {_n(toks, 'token')}; they are not computed yet, so the pool does not change"
+            + (
+                f", but {_n(made, 'new block hash', 'new block hashes')} exist{'s' if made == 1 else ''} now."
+                if made
+                else ", and no block became full, so there is no new hash."
+            )
+        ]
     elif op.op in ("finish", "preempt"):
         refs = (REFS["free"], REFS["free_blocks"])
         front = sum(1 for f in step.freed if f.to == "front")
@@ -495,7 +601,9 @@ def now(trace: Trace, k: int) -> Now:
         held = sum(1 for f in step.freed if f.to == "held")
         verb = "finishes" if op.op == "finish" else "is preempted"
         if step.freed:
-            s = [f"{rid} {verb}: {_blocks(len(step.freed))} freed, {front} to the front of the free queue, {back} to the back, {held} still held by others."]
+            s = [
+                f"{rid} {verb}: {_blocks(len(step.freed))} freed, {front} to the front of the free queue, {back} to the back, {held} still held by others."
+            ]
         else:
             s = [f"{rid} {verb} holding no block (it was waiting or preempted), so the pool does not change."]
     else:
@@ -503,7 +611,11 @@ def now(trace: Trace, k: int) -> Now:
         s = []
         if step.preempted:
             s.append(f"First the running requests are preempted, the last to start first: {', '.join(step.preempted)}.")
-        s.append("The prefix cache is reset: every hash is dropped." if step.ok else "reset_prefix_cache() refused: blocks are still in use, so every hash stays.")
+        s.append(
+            "The prefix cache is reset: every hash is dropped."
+            if step.ok
+            else "reset_prefix_cache() refused: blocks are still in use, so every hash stays."
+        )
     if step.events:
         kinds: dict[str, int] = {}
         for e in step.events:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from explorer.trace import Snapshot, Trace
@@ -42,10 +43,8 @@ def _holders(snap: Snapshot, block_id: int) -> dict[str, int]:
     """request id -> position of the block in its block table."""
     out = {}
     for r in snap.requests:
-        try:
+        with contextlib.suppress(ValueError):
             out[r.request_id] = r.block_ids.index(block_id)
-        except ValueError:
-            pass
     return out
 
 
@@ -85,8 +84,11 @@ def block_history(trace: Trace, block_id: int) -> list[HistoryEntry]:
             what.append(f"got hash {h1.hex()[:12]}... as block {cached.index} of {op.id} (BlockStored{dup})")
         for rid in prev_holders.keys() - holders.keys():
             fr = next((f for f in step.freed if f.block_id == block_id), None)
-            where = {"front": "to the front of the free queue", "back": "to the back of the free queue (still cached)",
-                     "held": "still held by another request"}.get(fr.to if fr else "", "")
+            where = {
+                "front": "to the front of the free queue",
+                "back": "to the back of the free queue (still cached)",
+                "held": "still held by another request",
+            }.get(fr.to if fr else "", "")
             what.append(f"released by {rid}" + (f", {where}" if where else ""))
         if rc1 != rc0:
             what.append(f"ref_cnt {rc0} -> {rc1}")

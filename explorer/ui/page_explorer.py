@@ -58,9 +58,22 @@ _CACHE_ENTRIES = 4
 
 # Session-state keys: the view, caches, messages, and the widgets bound to the view.
 K_VIEW, K_CACHE, K_ERRORS, K_NOTICE = "px_view", "px_cache", "px_errors", "px_notice"
-W_LESSON, W_STEP, W_PLAY, W_SPEED, W_BLOCK, W_PRESENTER = "px_w_lesson", "px_w_step", "px_w_play", "px_w_speed", "px_w_block", "px_w_presenter"
+W_LESSON, W_STEP, W_PLAY, W_SPEED, W_BLOCK, W_PRESENTER = (
+    "px_w_lesson",
+    "px_w_step",
+    "px_w_play",
+    "px_w_speed",
+    "px_w_block",
+    "px_w_presenter",
+)
 W_BS, W_NB, W_ALGO, W_SEED, W_PC = "px_w_bs", "px_w_nb", "px_w_algo", "px_w_seed", "px_w_pc"
-ENGINE_WIDGETS = {W_BS: "block_size", W_NB: "num_blocks", W_ALGO: "hash_algo", W_SEED: "hash_seed", W_PC: "enable_prefix_caching"}
+ENGINE_WIDGETS = {
+    W_BS: "block_size",
+    W_NB: "num_blocks",
+    W_ALGO: "hash_algo",
+    W_SEED: "hash_seed",
+    W_PC: "enable_prefix_caching",
+}
 UPLOADED = "(uploaded file)"
 
 
@@ -83,8 +96,8 @@ def _init_session() -> None:
     if K_VIEW in st.session_state:
         return
     try:
-        params = {k: st.query_params.get(k) for k in st.query_params.keys()}
-    except Exception:  # noqa: BLE001 - a URL we cannot read is the same as no URL
+        params = {k: st.query_params.get(k) for k in st.query_params}
+    except Exception:
         params = {}
     view, errors = from_query(params)
     for e in errors:
@@ -268,8 +281,13 @@ def _on_arrive() -> None:
         if v:
             step[name] = v
     if ss.get("px_p_img"):
-        step["mm"] = [{"id": (ss.get("px_p_img_id") or "img-1").strip() or "img-1",
-                       "offset": int(ss.get("px_p_img_off") or 0), "length": int(ss.get("px_p_img_len") or 1)}]
+        step["mm"] = [
+            {
+                "id": (ss.get("px_p_img_id") or "img-1").strip() or "img-1",
+                "offset": int(ss.get("px_p_img_off") or 0),
+                "length": int(ss.get("px_p_img_len") or 1),
+            }
+        ]
     if ss.get("px_p_logprobs"):
         step["prompt_logprobs"] = True
     if _add_edit(step):
@@ -332,7 +350,7 @@ def _on_upload() -> None:
     except BadInput as e:
         _error(str(e))
         return
-    except Exception as e:  # noqa: BLE001 - an upload must never take the page down
+    except Exception as e:
         _error(f"{name}: cannot be read as a scenario ({type(e).__name__}).")
         return
     if rep.error is not None:
@@ -388,9 +406,14 @@ def _sidebar(view: ViewState, base: Scenario | None, sc: Scenario | None, trace:
     options = ([UPLOADED] if view.upload is not None else []) + lessons
     if st.session_state.get(W_LESSON) not in options:
         st.session_state[W_LESSON] = options[0] if options else None
-    sb.selectbox("Lesson / scenario", options, key=W_LESSON, on_change=_on_lesson,
-                 format_func=lambda o: f"Uploaded: {view.upload[0]}" if o == UPLOADED and view.upload else o,
-                 help="Scenarios from lessons/*.toml, or the file you uploaded.")
+    sb.selectbox(
+        "Lesson / scenario",
+        options,
+        key=W_LESSON,
+        on_change=_on_lesson,
+        format_func=lambda o: f"Uploaded: {view.upload[0]}" if o == UPLOADED and view.upload else o,
+        help="Scenarios from lessons/*.toml, or the file you uploaded.",
+    )
 
     eng = base.engine if base is not None else None
     with sb.expander("Engine settings", expanded=False, key="px_x_engine"):
@@ -398,18 +421,37 @@ def _sidebar(view: ViewState, base: Scenario | None, sc: Scenario | None, trace:
             for wkey, ekey in ENGINE_WIDGETS.items():
                 st.session_state.setdefault(wkey, view.engine.get(ekey, getattr(eng, ekey)))
             st.number_input("Block size (tokens)", min_value=1, max_value=1024, step=1, key=W_BS, on_change=_on_engine)
-            st.number_input("Number of blocks (block 0 is the null block)", min_value=2, max_value=UI_LIMITS.max_blocks, step=1,
-                            key=W_NB, on_change=_on_engine)
+            st.number_input(
+                "Number of blocks (block 0 is the null block)",
+                min_value=2,
+                max_value=UI_LIMITS.max_blocks,
+                step=1,
+                key=W_NB,
+                on_change=_on_engine,
+            )
             from explorer.core.hashing import HASH_ALGOS
 
             st.selectbox("Hash algorithm", HASH_ALGOS, key=W_ALGO, on_change=_on_engine)
-            st.text_input("Hash seed (PYTHONHASHSEED)", key=W_SEED, on_change=_on_engine, placeholder="empty: vLLM's default", max_chars=256)
+            st.text_input(
+                "Hash seed (PYTHONHASHSEED)",
+                key=W_SEED,
+                on_change=_on_engine,
+                placeholder="empty: vLLM's default",
+                max_chars=256,
+            )
             st.toggle("Prefix caching", key=W_PC, on_change=_on_engine)
             if trace is not None:
                 if trace.hash_seed is None:
                     st.caption("Prefix caching is off: no hasher, no seed.")
-                elif sc is not None and view.drawn_seed and sc.engine.hash_seed == view.drawn_seed and not view.engine.get("hash_seed"):
-                    st.caption(f"xxhash without a seed: vLLM draws a random one. This session drew `{view.drawn_seed[:16]}...` and keeps it (and puts it in the link), so the hashes stay put.")
+                elif (
+                    sc is not None
+                    and view.drawn_seed
+                    and sc.engine.hash_seed == view.drawn_seed
+                    and not view.engine.get("hash_seed")
+                ):
+                    st.caption(
+                        f"xxhash without a seed: vLLM draws a random one. This session drew `{view.drawn_seed[:16]}...` and keeps it (and puts it in the link), so the hashes stay put."
+                    )
                     st.button("Draw a new seed", on_click=_new_seed, key="px_b_newseed")
                 else:
                     st.caption(f"Seed: `{trace.hash_seed[:40]}`")
@@ -420,16 +462,39 @@ def _sidebar(view: ViewState, base: Scenario | None, sc: Scenario | None, trace:
         _playground(view, sc, trace)
 
     with sb.expander("Files", expanded=False, key="px_x_files"):
-        st.file_uploader("Upload a scenario (.toml)", type=["toml"], key="px_w_upload", on_change=_on_upload,
-                         max_upload_size=1, help=f"At most {MAX_UPLOAD_BYTES // 1024} KiB.")
+        st.file_uploader(
+            "Upload a scenario (.toml)",
+            type=["toml"],
+            key="px_w_upload",
+            on_change=_on_upload,
+            max_upload_size=1,
+            help=f"At most {MAX_UPLOAD_BYTES // 1024} KiB.",
+        )
         if sc is not None and trace is not None:
             stem = Path(view.upload[0]).stem if view.upload else (view.lesson or "session")
-            st.download_button("Download the session as a scenario (TOML)", data=lambda: session_toml(sc), file_name=f"{stem}-session.toml",
-                               mime="application/toml", key="px_dl_toml", on_click="ignore")
-            st.download_button("Download the replay (JSON)", data=lambda: session_json(trace),
-                               file_name=f"{stem}-replay.json", mime="application/json", key="px_dl_json", on_click="ignore")
+            st.download_button(
+                "Download the session as a scenario (TOML)",
+                data=lambda: session_toml(sc),
+                file_name=f"{stem}-session.toml",
+                mime="application/toml",
+                key="px_dl_toml",
+                on_click="ignore",
+            )
+            st.download_button(
+                "Download the replay (JSON)",
+                data=lambda: session_json(trace),
+                file_name=f"{stem}-replay.json",
+                mime="application/json",
+                key="px_dl_json",
+                on_click="ignore",
+            )
 
-    sb.toggle("Presenter mode", key=W_PRESENTER, on_change=_on_presenter, help="Hides the sidebar and enlarges the panels for a projector.")
+    sb.toggle(
+        "Presenter mode",
+        key=W_PRESENTER,
+        on_change=_on_presenter,
+        help="Hides the sidebar and enlarges the panels for a projector.",
+    )
 
 
 def _playground(view: ViewState, sc: Scenario | None, trace: Trace | None) -> None:
@@ -437,7 +502,7 @@ def _playground(view: ViewState, sc: Scenario | None, trace: Trace | None) -> No
         from explorer.tokens import tokenizer_available
 
         has_tok = tokenizer_available()
-    except Exception:  # noqa: BLE001 - no tokenizer module yet: token specs only
+    except Exception:
         has_tok = False
     ss = st.session_state
     if sc is not None and not ss.get("px_p_id"):
@@ -448,17 +513,29 @@ def _playground(view: ViewState, sc: Scenario | None, trace: Trace | None) -> No
         ss["px_p_kind"] = kinds[0]
     st.radio("Prompt as", kinds, key="px_p_kind", horizontal=True)
     if not has_tok:
-        st.caption("Typed text needs SmolLM2-135M's tokenizer, whose model file is not installed here: use a token spec "
-                   "like `0:480, 1000:1100` (ranges a:b, repeats x*n).")
+        st.caption(
+            "Typed text needs SmolLM2-135M's tokenizer, whose model file is not installed here: use a token spec "
+            "like `0:480, 1000:1100` (ranges a:b, repeats x*n)."
+        )
     st.checkbox("Add an image placeholder", key="px_p_img")
     with st.form("px_arrive", clear_on_submit=False, border=False):
         st.text_input("Request id", key="px_p_id", max_chars=40)
         if ss.get("px_p_kind") == "Text":
-            st.text_area("Text (SmolLM2-135M tokens)", key="px_p_text", max_chars=20_000, height=90,
-                         placeholder="You are a helpful assistant...")
+            st.text_area(
+                "Text (SmolLM2-135M tokens)",
+                key="px_p_text",
+                max_chars=20_000,
+                height=90,
+                placeholder="You are a helpful assistant...",
+            )
         else:
-            st.text_input("Token spec", key="px_p_spec", placeholder="0:480, 7*20", max_chars=2_000,
-                          help="Comma-separated parts: a:b is the range a..b-1, x*n repeats x n times, a bare number is itself.")
+            st.text_input(
+                "Token spec",
+                key="px_p_spec",
+                placeholder="0:480, 7*20",
+                max_chars=2_000,
+                help="Comma-separated parts: a:b is the range a..b-1, x*n repeats x n times, a bare number is itself.",
+            )
         c1, c2 = st.columns(2)
         c1.text_input("LoRA name", key="px_p_lora", max_chars=64)
         c2.text_input("cache_salt", key="px_p_salt", max_chars=64)
@@ -483,8 +560,11 @@ def _playground(view: ViewState, sc: Scenario | None, trace: Trace | None) -> No
     cols = st.columns(2)
     cols[0].button("Finish", on_click=_act, args=("finish",), key="px_b_finish", width="stretch")
     cols[1].button("Preempt", on_click=_act, args=("preempt",), key="px_b_preempt", width="stretch")
-    st.checkbox("reset preempts running requests (running = true)", key="px_a_running",
-                help="Preempt every running request first, last started first, as vLLM's scheduler does on a reset.")
+    st.checkbox(
+        "reset preempts running requests (running = true)",
+        key="px_a_running",
+        help="Preempt every running request first, last started first, as vLLM's scheduler does on a reset.",
+    )
     st.button("Reset the prefix cache", on_click=_act, args=("reset",), key="px_b_reset", width="stretch")
     if view.edits:
         st.caption(f"{len(view.edits)} playground step(s), appended after the scenario's own.")
@@ -495,20 +575,61 @@ def _playground(view: ViewState, sc: Scenario | None, trace: Trace | None) -> No
 
 def _stepper(view: ViewState, n: int, presenter: bool) -> None:
     cols = st.columns([0.6, 0.75, 5.9, 1.6, 0.6, 1.2, 1.1], vertical_alignment="bottom")
-    cols[0].button("", icon=":material/first_page:", key="px_b_first", on_click=_go, kwargs={"to": 0},
-                   help="First: before step 1", disabled=view.step == 0, width="stretch")
-    cols[1].button("", icon=":material/chevron_left:", key="px_b_back", on_click=_go, kwargs={"delta": -1},
-                   help="Back one step (Left arrow)", shortcut="Left", disabled=view.step == 0, width="stretch")
+    cols[0].button(
+        "",
+        icon=":material/first_page:",
+        key="px_b_first",
+        on_click=_go,
+        kwargs={"to": 0},
+        help="First: before step 1",
+        disabled=view.step == 0,
+        width="stretch",
+    )
+    cols[1].button(
+        "",
+        icon=":material/chevron_left:",
+        key="px_b_back",
+        on_click=_go,
+        kwargs={"delta": -1},
+        help="Back one step (Left arrow)",
+        shortcut="Left",
+        disabled=view.step == 0,
+        width="stretch",
+    )
     if n > 0:
-        cols[2].slider(f"Step {view.step} of {n}", min_value=0, max_value=n, key=W_STEP, on_change=_on_step,
-                       help="0 = before the first step. Keys: Left and Right arrows.")
+        cols[2].slider(
+            f"Step {view.step} of {n}",
+            min_value=0,
+            max_value=n,
+            key=W_STEP,
+            on_change=_on_step,
+            help="0 = before the first step. Keys: Left and Right arrows.",
+        )
     else:
         cols[2].caption("This scenario has no steps yet: add some in the playground.")
-    cols[3].button("Next", icon=":material/chevron_right:", icon_position="right", key="px_b_next", on_click=_go,
-                   kwargs={"delta": 1}, help="Next step (Right arrow)", shortcut="Right", disabled=view.step >= n,
-                   width="stretch", type="primary")
-    cols[4].button("", icon=":material/last_page:", key="px_b_last", on_click=_go, kwargs={"to": n},
-                   help="Last step", disabled=view.step >= n, width="stretch")
+    cols[3].button(
+        "Next",
+        icon=":material/chevron_right:",
+        icon_position="right",
+        key="px_b_next",
+        on_click=_go,
+        kwargs={"delta": 1},
+        help="Next step (Right arrow)",
+        shortcut="Right",
+        disabled=view.step >= n,
+        width="stretch",
+        type="primary",
+    )
+    cols[4].button(
+        "",
+        icon=":material/last_page:",
+        key="px_b_last",
+        on_click=_go,
+        kwargs={"to": n},
+        help="Last step",
+        disabled=view.step >= n,
+        width="stretch",
+    )
     cols[5].toggle("Play", key=W_PLAY, disabled=n == 0)
     cols[6].selectbox("Speed", list(SPEEDS), index=1, key=W_SPEED, label_visibility="collapsed")
 
@@ -540,7 +661,9 @@ def _autoplay(n: int) -> None:
 
 
 def _refs_line(refs) -> str:
-    return " ".join(f"<span class='px-ref'>{vh._e(r.func)} <span class='px-loc'>{vh._e(r.loc)}</span></span>" for r in refs)
+    return " ".join(
+        f"<span class='px-ref'>{vh._e(r.func)} <span class='px-loc'>{vh._e(r.loc)}</span></span>" for r in refs
+    )
 
 
 def _now_box(trace: Trace, k: int, base_ops: int) -> None:
@@ -556,8 +679,11 @@ def _now_box(trace: Trace, k: int, base_ops: int) -> None:
         if step.op.expect:
             failures = step.expect_failures
             if not failures:
-                extra += ('<div class="px-checks" data-px-checks="ok">&#10003; lesson checks hold: '
-                          + vh._e(", ".join(f"{key} = {_short(v)}" for key, v in step.op.expect.items())) + "</div>")
+                extra += (
+                    '<div class="px-checks" data-px-checks="ok">&#10003; lesson checks hold: '
+                    + vh._e(", ".join(f"{key} = {_short(v)}" for key, v in step.op.expect.items()))
+                    + "</div>"
+                )
     st.html(
         f'<div class="px-now" data-px-now="{k}"><div class="px-headline">Step {k} of {n}: {vh._e(now.headline)}{origin}</div>'
         f'<div class="px-refs">{_refs_line(now.refs)}</div><div class="px-now-text">{vh._e(now.text)}</div>{extra}</div>'
@@ -622,9 +748,9 @@ def _snippets(step) -> dict[int, str]:
 
         out = {}
         for hb in list(step.hashed[:20]) + list(step.hashed[-4:]):
-            out[hb.index] = "".join(token_strings(step.op.prompt[hb.start:hb.end]))
+            out[hb.index] = "".join(token_strings(step.op.prompt[hb.start : hb.end]))
         return out
-    except Exception:  # noqa: BLE001 - snippets are a nicety; hashes do not depend on them
+    except Exception:
         return {}
 
 
@@ -636,28 +762,46 @@ def _state_views(trace: Trace, k: int, changed: set[int], selected: int | None) 
     st.subheader(f"Block pool after step {k}" if k else "Block pool before step 1", anchor="pool")
     st.html(vh.legend_html() + vh.pool_summary_html(snap))
     if vh.grid_mode(n) == "strip":
-        ev = st.plotly_chart(heat_strip(snap, changed, selected), key="px_strip", on_select="rerun", selection_mode="points",
-                             config={"displayModeBar": False})
+        ev = st.plotly_chart(
+            heat_strip(snap, changed, selected),
+            key="px_strip",
+            on_select="rerun",
+            selection_mode="points",
+            config={"displayModeBar": False},
+        )
         pts = getattr(getattr(ev, "selection", None), "points", None) or []
         if pts:
             cd = pts[0].get("customdata")
             if isinstance(cd, int) and cd != selected:
                 selected = cd
                 _set_view(_view().with_(block=cd))
-        st.caption("One cell per block, 100 blocks a row, coloured by state; an open square marks a block this step changed. "
-                   "Hover for id, ref_cnt and hash; click a marked block (or type its id below) for its history.")
+        st.caption(
+            "One cell per block, 100 blocks a row, coloured by state; an open square marks a block this step changed. "
+            "Hover for id, ref_cnt and hash; click a marked block (or type its id below) for its history."
+        )
         if changed:
             from explorer.scenario_cli import id_ranges
 
             ids = sorted(changed)
             chips = "".join(vh.snap_chip(snap, b, changed, selected, "full") for b in ids) if len(ids) <= 60 else ""
-            st.html(f'<div class="px-row" data-px-changed="{len(ids)}"><span class="px-rowlabel">changed by this step ({len(ids):,} blocks):</span>'
-                    + (chips or f'<code>{vh._e(id_ranges(ids)[1:-1])}</code>') + "</div>")
+            st.html(
+                f'<div class="px-row" data-px-changed="{len(ids)}"><span class="px-rowlabel">changed by this step ({len(ids):,} blocks):</span>'
+                + (chips or f"<code>{vh._e(id_ranges(ids)[1:-1])}</code>")
+                + "</div>"
+            )
     else:
         st.html(vh.pool_grid_html(snap, changed, selected))
     c1, c2 = st.columns([1, 3], vertical_alignment="bottom")
-    c1.number_input("Block history: block id", min_value=0, max_value=n - 1, step=1, key=W_BLOCK, on_change=_on_block,
-                    placeholder="click a block", help="Click any block chip on the page, or type its id.")
+    c1.number_input(
+        "Block history: block id",
+        min_value=0,
+        max_value=n - 1,
+        step=1,
+        key=W_BLOCK,
+        on_change=_on_block,
+        placeholder="click a block",
+        help="Click any block chip on the page, or type its id.",
+    )
     if selected is not None and 0 <= selected < n:
         with st.container(border=True, key="px_history"):
             hc1, hc2 = st.columns([6, 1])
@@ -666,7 +810,9 @@ def _state_views(trace: Trace, k: int, changed: set[int], selected: int | None) 
             st.html(vh.history_html(block_history(trace, selected), k))
 
     st.subheader("Free queue", anchor="free-queue")
-    st.caption(f"{snap.num_free_blocks:,} free blocks. get_new_blocks pops from the head; free_blocks puts unhashed blocks at the head and hashed ones at the tail.")
+    st.caption(
+        f"{snap.num_free_blocks:,} free blocks. get_new_blocks pops from the head; free_blocks puts unhashed blocks at the head and hashed ones at the tail."
+    )
     st.html(vh.free_queue_html(snap, changed, selected))
 
     c1, c2 = st.columns([3, 2])
@@ -706,10 +852,18 @@ def _metrics(trace: Trace, k: int) -> None:
     c[1].metric("Hits (tokens)", f"{s['hits']:,}", delta=(s["hits"] - p["hits"]) or None)
     c = st.columns(2)
     c[0].metric("Hit rate (total)", f"{rate:.1%}")
-    c[1].metric(f"Window ({snap.window_requests} req.)", f"{snap.window_hit_rate:.1%}",
-                help="vLLM's logged rate: the last ~1000 requests (CachingMetrics), preempted ones excluded.")
-    st.caption(explain.metrics_sentence(trace, k) + f" Preempted: {s['preempted_requests']} requests, {s['preempted_hits']:,} of {s['preempted_queries']:,} tokens hit.")
-    st.html(f'<div class="px-refs">{_refs_line((explain.REFS["record_stats"], explain.REFS["prefix_cache_stats"], explain.REFS["caching_metrics"]))}</div>')
+    c[1].metric(
+        f"Window ({snap.window_requests} req.)",
+        f"{snap.window_hit_rate:.1%}",
+        help="vLLM's logged rate: the last ~1000 requests (CachingMetrics), preempted ones excluded.",
+    )
+    st.caption(
+        explain.metrics_sentence(trace, k)
+        + f" Preempted: {s['preempted_requests']} requests, {s['preempted_hits']:,} of {s['preempted_queries']:,} tokens hit."
+    )
+    st.html(
+        f'<div class="px-refs">{_refs_line((explain.REFS["record_stats"], explain.REFS["prefix_cache_stats"], explain.REFS["caching_metrics"]))}</div>'
+    )
     st.html(vh.svg_img(vh.hit_rate_svg(trace, k), f"Hit rate after each step, total and windowed; step {k} marked."))
 
 
@@ -719,7 +873,7 @@ def _share_link(view: ViewState) -> None:
         st.caption(w)
     try:
         base = (st.context.url or "").split("?")[0]
-    except Exception:  # noqa: BLE001
+    except Exception:
         base = ""
     with st.sidebar.expander("Share this view", key="px_x_share"):
         st.code(f"{base}?{urlencode(q)}", language=None, wrap_lines=True)
@@ -729,10 +883,10 @@ def _share_link(view: ViewState) -> None:
 def _sync_url(view: ViewState) -> None:
     q, _ = to_query(view)
     try:
-        current = {k: st.query_params.get(k) for k in st.query_params.keys()}
+        current = {k: st.query_params.get(k) for k in st.query_params}
         if current != q:
             st.query_params.from_dict(q)
-    except Exception:  # noqa: BLE001 - the URL is a convenience; never fail the page on it
+    except Exception:
         pass
 
 
@@ -808,14 +962,26 @@ def render() -> None:
 
     title = sc.title if sc else ""
     eng = trace.scenario.engine
-    seed = "caching off" if trace.hash_seed is None else f"{eng.hash_algo}, seed {trace.hash_seed[:24]!r}{'...' if len(trace.hash_seed) > 24 else ''}, NONE_HASH {trace.none_hash.hex()[:12]}..."
-    st.html(f'<div class="px-title"><span class="px-title-main">{vh._e(title)}</span> '
-            f'<span class="px-title-sub">{vh._e(trace.scenario.source)} · block size {eng.block_size} · {eng.num_blocks:,} blocks · {vh._e(seed)}</span></div>')
+    seed = (
+        "caching off"
+        if trace.hash_seed is None
+        else f"{eng.hash_algo}, seed {trace.hash_seed[:24]!r}{'...' if len(trace.hash_seed) > 24 else ''}, NONE_HASH {trace.none_hash.hex()[:12]}..."
+    )
+    st.html(
+        f'<div class="px-title"><span class="px-title-main">{vh._e(title)}</span> '
+        f'<span class="px-title-sub">{vh._e(trace.scenario.source)} · block size {eng.block_size} · {eng.num_blocks:,} blocks · {vh._e(seed)}</span></div>'
+    )
     if rep.error:
         st.error(f"The replay stopped: {rep.error}. The steps before it are shown.")
     if view.presenter:
-        st.button("Leave presenter mode", icon=":material/close_fullscreen:", on_click=_on_presenter, args=(False,),
-                  key="px_b_leave_presenter", type="tertiary")
+        st.button(
+            "Leave presenter mode",
+            icon=":material/close_fullscreen:",
+            on_click=_on_presenter,
+            args=(False,),
+            key="px_b_leave_presenter",
+            type="tertiary",
+        )
 
     _stepper(view, n, view.presenter)
     changed = changed_blocks(trace, k)

@@ -3,6 +3,7 @@ event hashes out, for any algorithm and seed (the engine of `python -m explorer 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from html import escape
 
@@ -22,7 +23,7 @@ def _tokenizer_available() -> bool:
         from explorer.tokens import tokenizer_available
 
         return tokenizer_available()
-    except Exception:  # noqa: BLE001 - tokenizer module missing: token specs only
+    except Exception:
         return False
 
 
@@ -82,7 +83,11 @@ def _table_html(result: dict) -> str:
             f"<td><code>{b['external']}</code></td><td>{extra}</td></tr>"
         )
     more = len(result["blocks"]) - MAX_ROWS
-    foot = f"<tr><td colspan='6' class='px-more'>&hellip; {more:,} more blocks in the JSON download</td></tr>" if more > 0 else ""
+    foot = (
+        f"<tr><td colspan='6' class='px-more'>&hellip; {more:,} more blocks in the JSON download</td></tr>"
+        if more > 0
+        else ""
+    )
     return (
         "<div class='px-scroll' style='max-height:560px'><table class='px-table px-hash-table' data-px-hash-table='1'>"
         "<tr><th>block</th><th>tokens</th><th>hash (BlockHash digest)</th><th>key (hash + 4-byte group id)</th>"
@@ -93,10 +98,8 @@ def _table_html(result: dict) -> str:
 def render() -> None:
     from explorer.ui.page_explorer import CSS_PATH
 
-    try:
+    with contextlib.suppress(OSError):
         st.html(f"<style>{CSS_PATH.read_text(encoding='utf-8')}</style>")
-    except OSError:
-        pass
     st.title("Hash calculator")
     st.caption(
         "vLLM 0.31.0's block hashes for any tokens: hash_block_tokens (vllm/v1/core/kv_cache_utils.py:684-714) chained "
@@ -111,25 +114,40 @@ def render() -> None:
         if not has_tok:
             st.caption("Text needs SmolLM2-135M's tokenizer, whose model file is not installed here: use a token spec.")
         if kind == "Text":
-            text = st.text_area("Text (SmolLM2-135M tokenizer, no special tokens added)", key="px_h_text",
-                                value=("You are a helpful assistant. Answer the user's questions briefly, cite your sources, "
-                                       "and say so when you do not know the answer. Never make up facts."), height=100, max_chars=200_000)
+            text = st.text_area(
+                "Text (SmolLM2-135M tokenizer, no special tokens added)",
+                key="px_h_text",
+                value=(
+                    "You are a helpful assistant. Answer the user's questions briefly, cite your sources, "
+                    "and say so when you do not know the answer. Never make up facts."
+                ),
+                height=100,
+                max_chars=200_000,
+            )
             spec = ""
         else:
-            spec = st.text_input("Token spec (a:b ranges, x*n repeats, comma separated)", key="px_h_spec", value="0:48", max_chars=4_000)
+            spec = st.text_input(
+                "Token spec (a:b ranges, x*n repeats, comma separated)", key="px_h_spec", value="0:48", max_chars=4_000
+            )
             text = ""
     with c2:
         a, b = st.columns(2)
         block_size = a.number_input("Block size", min_value=1, max_value=1024, value=16, step=1, key="px_h_bs")
-        group_id = b.number_input("KV cache group id", min_value=0, max_value=2**32 - 1, value=0, step=1, key="px_h_gid")
+        group_id = b.number_input(
+            "KV cache group id", min_value=0, max_value=2**32 - 1, value=0, step=1, key="px_h_gid"
+        )
         algo = st.selectbox("Hash algorithm", HASH_ALGOS, key="px_h_algo")
-        typed_seed = st.text_input("Seed (PYTHONHASHSEED; empty = vLLM's default)", key="px_h_seed", max_chars=256).strip()
+        typed_seed = st.text_input(
+            "Seed (PYTHONHASHSEED; empty = vLLM's default)", key="px_h_seed", max_chars=256
+        ).strip()
     with st.expander("Extra keys: LoRA, cache_salt, images"):
         a, b, c = st.columns(3)
         lora_name = a.text_input("LoRA name", key="px_h_lora", max_chars=64).strip()
         lora_path = b.text_input("LoRA path (default loras/<name>)", key="px_h_lora_path", max_chars=256).strip()
         salt = c.text_input("cache_salt", key="px_h_salt", max_chars=128)
-        mm_text = st.text_input("Images as ID:OFFSET:LENGTH, comma separated", key="px_h_mm", placeholder="img-1:5:32", max_chars=2_000)
+        mm_text = st.text_input(
+            "Images as ID:OFFSET:LENGTH, comma separated", key="px_h_mm", placeholder="img-1:5:32", max_chars=2_000
+        )
     compare = st.checkbox("Compare all four algorithms", key="px_h_compare")
 
     try:
@@ -153,21 +171,30 @@ def render() -> None:
         f"**{len(tokens):,} tokens** → **{full:,} full blocks** of {int(block_size)}"
         + (f" and a partial tail of {tail} tokens (no hash)." if tail else ".")
     )
-    seed_note = " (drawn once for this browser session, as vLLM draws one per process for xxhash without PYTHONHASHSEED)" if drawn else ""
+    seed_note = (
+        " (drawn once for this browser session, as vLLM draws one per process for xxhash without PYTHONHASHSEED)"
+        if drawn
+        else ""
+    )
     st.html(
         f"<div class='px-refs' data-px-none-hash='{result['none_hash']}'>algo {escape(result['algo'])} · seed "
         f"{escape(json.dumps(result['hash_seed']))}{seed_note}<br>NONE_HASH = {algo}(seed) = {result['none_hash']}</div>"
     )
-    if drawn:
-        if st.button("Draw a new seed", key="px_h_newseed"):
-            st.session_state.pop(K_SEED, None)
-            st.rerun()
+    if drawn and st.button("Draw a new seed", key="px_h_newseed"):
+        st.session_state.pop(K_SEED, None)
+        st.rerun()
     if full:
         st.html(_table_html(result))
     else:
         st.info("No full block: nothing is hashed.")
-    st.download_button("Download as JSON (the `hash` command's output)", data=json.dumps(result, indent=1),
-                       file_name="block_hashes.json", mime="application/json", key="px_h_dl", on_click="ignore")
+    st.download_button(
+        "Download as JSON (the `hash` command's output)",
+        data=json.dumps(result, indent=1),
+        file_name="block_hashes.json",
+        mime="application/json",
+        key="px_h_dl",
+        on_click="ignore",
+    )
 
     if compare and full:
         rows = []
@@ -178,9 +205,18 @@ def render() -> None:
                 s = _seed(al, "")
             per_algo[al] = block_hash_table(tokens, int(block_size), al, s, lora, salt or None, mm, int(group_id))
         for i in range(min(full, 64)):
-            cells = "".join(f"<td><code>{per_algo[al]['blocks'][i]['hash'][:16]}&hellip;</code><br><small>{per_algo[al]['blocks'][i]['external']}</small></td>" for al in HASH_ALGOS)
+            cells = "".join(
+                f"<td><code>{per_algo[al]['blocks'][i]['hash'][:16]}&hellip;</code><br><small>{per_algo[al]['blocks'][i]['external']}</small></td>"
+                for al in HASH_ALGOS
+            )
             rows.append(f"<tr><td>{i}</td>{cells}</tr>")
-        head = "".join(f"<th>{al}<br><small>NONE_HASH {per_algo[al]['none_hash'][:12]}&hellip;</small></th>" for al in HASH_ALGOS)
-        st.html(f"<div class='px-scroll'><table class='px-table' data-px-compare='1'><tr><th>block</th>{head}</tr>{''.join(rows)}</table></div>")
-        st.caption("sha256 and xxhash pickle the tuple (Python only); the _cbor variants hash canonical CBOR, which other languages can reproduce. "
-                   "xxhash digests are 16 bytes, sha256 32.")
+        head = "".join(
+            f"<th>{al}<br><small>NONE_HASH {per_algo[al]['none_hash'][:12]}&hellip;</small></th>" for al in HASH_ALGOS
+        )
+        st.html(
+            f"<div class='px-scroll'><table class='px-table' data-px-compare='1'><tr><th>block</th>{head}</tr>{''.join(rows)}</table></div>"
+        )
+        st.caption(
+            "sha256 and xxhash pickle the tuple (Python only); the _cbor variants hash canonical CBOR, which other languages can reproduce. "
+            "xxhash digests are 16 bytes, sha256 32."
+        )

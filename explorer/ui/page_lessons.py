@@ -58,7 +58,7 @@ def _initial_pick(stems: list[str]) -> str:
             v = st.query_params.get(key)
             if v in stems:
                 return v
-    except Exception:  # noqa: BLE001 - an unreadable URL is the same as none
+    except Exception:
         pass
     return stems[0]
 
@@ -66,7 +66,7 @@ def _initial_pick(stems: list[str]) -> str:
 def _url_names_lesson() -> bool:
     try:
         return any(st.query_params.get(k) for k in ("lesson", "scenario"))
-    except Exception:  # noqa: BLE001
+    except Exception:
         return False
 
 
@@ -91,8 +91,10 @@ def _steps_table(lesson: LessonFile) -> None:
         rows["step"].append(op.index + 1)
         rows["op"].append(f"{op.op} {op.id or ''}".strip())
         rows["note"].append(op.note or "")
-        rows["checks"].append(", ".join(f"{k} = {v}" for k, v in op.expect.items() if k not in ("new_block_ids", "free_queue"))
-                              + (" (+ block ids)" if {"new_block_ids", "free_queue"} & set(op.expect) else ""))
+        rows["checks"].append(
+            ", ".join(f"{k} = {v}" for k, v in op.expect.items() if k not in ("new_block_ids", "free_queue"))
+            + (" (+ block ids)" if {"new_block_ids", "free_queue"} & set(op.expect) else "")
+        )
     st.dataframe(rows, hide_index=True, width="stretch")
 
 
@@ -105,7 +107,9 @@ def render() -> None:
     by_stem = {lesson.stem: lesson for lesson in lessons}
     stems = list(by_stem)
     wanted = _initial_pick(stems)
-    if st.session_state.get(K_PICK) not in by_stem or (wanted != st.session_state.get(K_LAST_URL) and _url_names_lesson()):
+    if st.session_state.get(K_PICK) not in by_stem or (
+        wanted != st.session_state.get(K_LAST_URL) and _url_names_lesson()
+    ):
         # A link that names a lesson (from the practice page, say) wins over the last pick.
         st.session_state[K_PICK] = wanted
         st.session_state[K_LAST_URL] = wanted
@@ -114,20 +118,32 @@ def render() -> None:
         st.radio("Lesson", stems, key=K_PICK, format_func=lambda s: by_stem[s].title)
     lesson = by_stem[st.session_state[K_PICK]]
 
-    st.page_link(_explorer_page(), label="Open this lesson in the explorer", icon=":material/play_circle:",
-                 query_params={"lesson": lesson.stem, "scenario": lesson.stem})
+    st.page_link(
+        _explorer_page(),
+        label="Open this lesson in the explorer",
+        icon=":material/play_circle:",
+        query_params={"lesson": lesson.stem, "scenario": lesson.stem},
+    )
     st.markdown(lesson.md.read_text(encoding="utf-8"))
     with st.expander("The scenario's steps, notes and checks"):
-        st.caption(f"lessons/{lesson.toml.name}: replay it with `python -m explorer run lessons/{lesson.toml.name}` "
-                   "(exit 0 when every check holds).")
+        st.caption(
+            f"lessons/{lesson.toml.name}: replay it with `python -m explorer run lessons/{lesson.toml.name}` "
+            "(exit 0 when every check holds)."
+        )
         _steps_table(lesson)
 
     i = stems.index(lesson.stem)
     c1, c2, c3 = st.columns(3)
     if i > 0:
-        c1.button(f"← {by_stem[stems[i - 1]].title}", key="lessons_prev",
-                  on_click=lambda: st.session_state.__setitem__(K_PICK, stems[i - 1]))
+        c1.button(
+            f"← {by_stem[stems[i - 1]].title}",
+            key="lessons_prev",
+            on_click=lambda: st.session_state.__setitem__(K_PICK, stems[i - 1]),
+        )
     c2.page_link(_practice_page(), label="Practise: predict before you see", icon=":material/quiz:")
     if i + 1 < len(stems):
-        c3.button(f"{by_stem[stems[i + 1]].title} →", key="lessons_next",
-                  on_click=lambda: st.session_state.__setitem__(K_PICK, stems[i + 1]))
+        c3.button(
+            f"{by_stem[stems[i + 1]].title} →",
+            key="lessons_next",
+            on_click=lambda: st.session_state.__setitem__(K_PICK, stems[i + 1]),
+        )

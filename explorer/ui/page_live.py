@@ -99,7 +99,7 @@ def endpoint_host(endpoint: str) -> str | None:
     """The host of a tcp:// endpoint, lowercase and without brackets; None for ipc/inproc."""
     if not endpoint.startswith("tcp://"):
         return None
-    host = endpoint[len("tcp://"):].rpartition(":")[0]
+    host = endpoint[len("tcp://") :].rpartition(":")[0]
     return host.lower().strip("[]")
 
 
@@ -242,8 +242,21 @@ class _Endpoint:
         now = time.monotonic()
         sub = self.sub
         if sub is None:
-            return EndpointSnap(self.spec.endpoint, self.spec.replay_endpoint, "not open", None, self.error,
-                                {}, [], [], None, now - self.started, {}, None, 0)
+            return EndpointSnap(
+                self.spec.endpoint,
+                self.spec.replay_endpoint,
+                "not open",
+                None,
+                self.error,
+                {},
+                [],
+                [],
+                None,
+                now - self.started,
+                {},
+                None,
+                0,
+            )
         s = sub.stream
         return EndpointSnap(
             endpoint=self.spec.endpoint,
@@ -328,14 +341,16 @@ class LiveSession:
                         applied = e.sub.poll(wait)
                         changed = changed or bool(applied)
                         for a in applied:
-                            e.recent.appendleft({
-                                "seq": a.seq,
-                                "instance": f"{a.instance[0] or '(no topic)'} / dp {a.instance[1]}",
-                                "events": ", ".join(type(ev).__name__ for ev in a.batch.events[:6])
-                                + (" ..." if len(a.batch.events) > 6 else ""),
-                                "replayed": a.replayed,
-                                "ts": a.batch.ts,
-                            })
+                            e.recent.appendleft(
+                                {
+                                    "seq": a.seq,
+                                    "instance": f"{a.instance[0] or '(no topic)'} / dp {a.instance[1]}",
+                                    "events": ", ".join(type(ev).__name__ for ev in a.batch.events[:6])
+                                    + (" ..." if len(a.batch.events) > 6 else ""),
+                                    "replayed": a.replayed,
+                                    "ts": a.batch.ts,
+                                }
+                            )
                 now = time.monotonic()
                 if now - last_snap >= (SNAPSHOT_EVERY_S if changed else 1.0):
                     self._publish(eps)
@@ -442,7 +457,10 @@ def _render_endpoint(snap: EndpointSnap, running: bool) -> None:
                 if inst.prefixes:
                     bs = inst.block_size or 0
                     st.dataframe(
-                        [{"blocks": n, "tokens": n * bs, "first block": a, "last block": b} for n, a, b in inst.prefixes],
+                        [
+                            {"blocks": n, "tokens": n * bs, "first block": a, "last block": b}
+                            for n, a, b in inst.prefixes
+                        ],
                         hide_index=True,
                     )
                 else:

@@ -51,7 +51,7 @@ def _init() -> None:
             kind = st.query_params.get("kind")
             if kind in P.KINDS:
                 st.session_state[K_KIND] = kind
-        except Exception:  # noqa: BLE001 - an unreadable URL is the same as none
+        except Exception:
             pass
         st.session_state[K_SEED] = seed if seed is not None else secrets.randbelow(P.MAX_SEED + 1)
     st.session_state.setdefault(K_KIND, ANY)
@@ -67,18 +67,32 @@ def _open_in_explorer(q: P.Question) -> None:
         from explorer.ui.state import encode_blob
 
         blob = encode_blob({"name": f"practice-{q.kind}-{q.seed}.toml", "toml": q.scenario.to_toml()})
-        st.page_link(_explorer_page(), label="Open this scenario in the explorer", icon=":material/open_in_new:",
-                     query_params={"up": blob, "step": str(q.step_index + 1)})
-    except Exception:  # noqa: BLE001 - the link is a convenience; the download below always works
+        st.page_link(
+            _explorer_page(),
+            label="Open this scenario in the explorer",
+            icon=":material/open_in_new:",
+            query_params={"up": blob, "step": str(q.step_index + 1)},
+        )
+    except Exception:
         pass
 
 
 def _question_block() -> None:
     c1, c2, c3 = st.columns([2, 1, 1], vertical_alignment="bottom")
-    c1.selectbox("Kind of question", [ANY, *P.KINDS], key=K_KIND,
-                 format_func=lambda k: "Any (the seed picks)" if k == ANY else P.KIND_LABELS[k])
-    c2.number_input("Seed", min_value=0, max_value=P.MAX_SEED, step=1, key=K_SEED,
-                    help="The same seed and kind always give the same question: share it to reproduce one.")
+    c1.selectbox(
+        "Kind of question",
+        [ANY, *P.KINDS],
+        key=K_KIND,
+        format_func=lambda k: "Any (the seed picks)" if k == ANY else P.KIND_LABELS[k],
+    )
+    c2.number_input(
+        "Seed",
+        min_value=0,
+        max_value=P.MAX_SEED,
+        step=1,
+        key=K_SEED,
+        help="The same seed and kind always give the same question: share it to reproduce one.",
+    )
     c3.button("New question", key="practice_new", on_click=_new_seed, icon=":material/casino:")
 
     seed = int(st.session_state[K_SEED])
@@ -86,8 +100,10 @@ def _question_block() -> None:
     q = P.generate(seed, None if kind == ANY else kind)
 
     st.subheader(q.title)
-    st.caption(f"{P.KIND_LABELS[q.kind]} · seed {seed} · block size {q.scenario.engine.block_size}, "
-               f"{q.scenario.engine.num_blocks} blocks (block 0 is the null block)")
+    st.caption(
+        f"{P.KIND_LABELS[q.kind]} · seed {seed} · block size {q.scenario.engine.block_size}, "
+        f"{q.scenario.engine.num_blocks} blocks (block 0 is the null block)"
+    )
     if q.mistake:
         st.markdown(f"**The mistake:** {q.mistake}")
     with st.expander("What happened so far", expanded=True):
@@ -100,20 +116,21 @@ def _question_block() -> None:
     revealed = _revealed().get(q.key)
     answer_key = f"practice_answer_{q.key}"
     if q.answer_format == "bool":
-        st.radio("Your answer", ["yes", "no"], index=None, key=answer_key, horizontal=True, disabled=revealed is not None)
+        st.radio(
+            "Your answer", ["yes", "no"], index=None, key=answer_key, horizontal=True, disabled=revealed is not None
+        )
     else:
         st.text_input("Your answer", key=answer_key, placeholder=q.input_hint, disabled=revealed is not None)
 
-    if revealed is None:
-        if st.button("Check my answer", key="practice_check", type="primary"):
-            raw = st.session_state.get(answer_key)
-            if raw is None or (isinstance(raw, str) and not raw.strip()):
-                st.warning("Enter an answer first: the point is to predict before you see.")
-            else:
-                verdict = q.check(raw)
-                _score().record(q.key, verdict.correct)
-                _revealed()[q.key] = (verdict.correct, verdict.message)
-                revealed = _revealed()[q.key]
+    if revealed is None and st.button("Check my answer", key="practice_check", type="primary"):
+        raw = st.session_state.get(answer_key)
+        if raw is None or (isinstance(raw, str) and not raw.strip()):
+            st.warning("Enter an answer first: the point is to predict before you see.")
+        else:
+            verdict = q.check(raw)
+            _score().record(q.key, verdict.correct)
+            _revealed()[q.key] = (verdict.correct, verdict.message)
+            revealed = _revealed()[q.key]
     if revealed is not None:
         _reveal(q, *revealed)
 
@@ -124,20 +141,31 @@ def _question_block() -> None:
 def _reveal(q: P.Question, correct: bool, message: str) -> None:
     (st.success if correct else st.error)(message)
     if q.mistaken_answer is not None:
-        st.markdown(f"The common mistake would answer **{P.format_answer(q.answer_format, q.mistaken_answer)}**; "
-                    f"the engine gives **{P.format_answer(q.answer_format, q.answer)}**. "
-                    f"{P.MISTAKES_BY_NAME[_mistake_name(q)].correction}")
+        st.markdown(
+            f"The common mistake would answer **{P.format_answer(q.answer_format, q.mistaken_answer)}**; "
+            f"the engine gives **{P.format_answer(q.answer_format, q.answer)}**. "
+            f"{P.MISTAKES_BY_NAME[_mistake_name(q)].correction}"
+        )
     st.markdown("**Why**")
     st.markdown("\n".join(f"- {line}" for line in q.explanation))
     step = q.asked_step()
     st.markdown("**What the engine did in this step**")
     st.code(describe_step(step, q.scenario.engine.block_size).strip(), language=None)
     if q.lesson:
-        st.page_link(_lessons_page(), label=f"Lesson {lesson_title(q.lesson)}", icon=":material/school:",
-                     query_params={"lesson": q.lesson})
+        st.page_link(
+            _lessons_page(),
+            label=f"Lesson {lesson_title(q.lesson)}",
+            icon=":material/school:",
+            query_params={"lesson": q.lesson},
+        )
     _open_in_explorer(q)
-    st.download_button("Download this scenario (TOML)", q.scenario.to_toml(), file_name=f"practice-{q.kind}-{q.seed}.toml",
-                       mime="application/toml", key=f"practice_dl_{q.key}")
+    st.download_button(
+        "Download this scenario (TOML)",
+        q.scenario.to_toml(),
+        file_name=f"practice-{q.kind}-{q.seed}.toml",
+        mime="application/toml",
+        key=f"practice_dl_{q.key}",
+    )
 
 
 def _mistake_name(q: P.Question) -> str:
@@ -153,27 +181,37 @@ def _lessons_page():
 
 def _interview() -> None:
     st.header("The interview walkthrough")
-    st.markdown("Lesson 13 replays its worked example. Here: what interviewers ask next, how answers are "
-                "scored, and the mistakes that cost points, each shown by a scenario where it gives the wrong number.")
+    st.markdown(
+        "Lesson 13 replays its worked example. Here: what interviewers ask next, how answers are "
+        "scored, and the mistakes that cost points, each shown by a scenario where it gives the wrong number."
+    )
     st.subheader("Follow-up questions")
-    for i, f in enumerate(P.FOLLOW_UPS):
+    for _i, f in enumerate(P.FOLLOW_UPS):
         with st.expander(f.question):
             st.markdown(f.answer)
             if f.lesson:
-                st.page_link(_lessons_page(), label=f"Lesson {lesson_title(f.lesson)}", icon=":material/school:",
-                             query_params={"lesson": f.lesson})
+                st.page_link(
+                    _lessons_page(),
+                    label=f"Lesson {lesson_title(f.lesson)}",
+                    icon=":material/school:",
+                    query_params={"lesson": f.lesson},
+                )
     st.subheader("How answers are scored")
     for r in P.RUBRIC:
         st.markdown(f"**{r.level}.** {r.summary}")
     st.subheader("Common mistakes")
-    for i, m in enumerate(P.MISTAKES):
+    for _i, m in enumerate(P.MISTAKES):
         with st.expander(m.statement):
             demo = P.q_mistake(0, m.name)
             st.markdown(f"{m.correction}")
-            st.code("\n".join(demo.setup + (describe_step(demo.asked_step(), demo.scenario.engine.block_size).strip(),)),
-                    language=None)
-            st.markdown(f"The mistake predicts **{P.format_answer('int', demo.mistaken_answer)}**; the engine hits "
-                        f"**{P.format_answer('int', demo.answer)}**.")
+            st.code(
+                "\n".join(demo.setup + (describe_step(demo.asked_step(), demo.scenario.engine.block_size).strip(),)),
+                language=None,
+            )
+            st.markdown(
+                f"The mistake predicts **{P.format_answer('int', demo.mistaken_answer)}**; the engine hits "
+                f"**{P.format_answer('int', demo.answer)}**."
+            )
 
 
 # ---- the value of a hit -------------------------------------------------------------------------
@@ -184,56 +222,86 @@ def _value_of_a_hit() -> None:
     from explorer.prefill.configs import MODELS
 
     st.header("The value of a hit")
-    st.markdown("The interview walkthrough's estimate: a prompt token costs about 2 × parameters FLOPs, so "
-                "prefill time per token = 2 × parameters / (peak FLOP/s × utilisation), and a hit of *h* tokens "
-                "saves *h* of them. The defaults reproduce its table (Llama 3.1 8B on an H100 at 50% of 989 "
-                "TFLOP/s). The estimate leaves out attention, whose cost per token grows with the context; the "
-                "second column adds it for the model shape you pick.")
+    st.markdown(
+        "The interview walkthrough's estimate: a prompt token costs about 2 × parameters FLOPs, so "
+        "prefill time per token = 2 × parameters / (peak FLOP/s × utilisation), and a hit of *h* tokens "
+        "saves *h* of them. The defaults reproduce its table (Llama 3.1 8B on an H100 at 50% of 989 "
+        "TFLOP/s). The estimate leaves out attention, whose cost per token grows with the context; the "
+        "second column adds it for the model shape you pick."
+    )
     c1, c2, c3 = st.columns(3)
-    params_b = c1.number_input("Parameters (billions)", min_value=0.001, max_value=2000.0,
-                               value=E.WALKTHROUGH_PARAMS / 1e9, step=0.1, format="%.3f", key="hit_params")
-    peak_t = c2.number_input("GPU peak (TFLOP/s, dense BF16)", min_value=1.0, max_value=100000.0,
-                             value=E.WALKTHROUGH_PEAK_FLOPS / 1e12, step=1.0, key="hit_peak")
-    util = c3.number_input("Utilisation", min_value=0.01, max_value=1.0, value=E.WALKTHROUGH_UTILIZATION,
-                           step=0.05, key="hit_util")
+    params_b = c1.number_input(
+        "Parameters (billions)",
+        min_value=0.001,
+        max_value=2000.0,
+        value=E.WALKTHROUGH_PARAMS / 1e9,
+        step=0.1,
+        format="%.3f",
+        key="hit_params",
+    )
+    peak_t = c2.number_input(
+        "GPU peak (TFLOP/s, dense BF16)",
+        min_value=1.0,
+        max_value=100000.0,
+        value=E.WALKTHROUGH_PEAK_FLOPS / 1e12,
+        step=1.0,
+        key="hit_peak",
+    )
+    util = c3.number_input(
+        "Utilisation", min_value=0.01, max_value=1.0, value=E.WALKTHROUGH_UTILIZATION, step=0.05, key="hit_util"
+    )
     c4, c5, c6 = st.columns(3)
-    prompt = int(c4.number_input("Prompt tokens", min_value=2, max_value=1_048_576, value=E.WALKTHROUGH_PROMPT,
-                                 step=16, key="hit_prompt"))
-    hit = int(c5.number_input("Hit tokens", min_value=0, max_value=1_048_576, value=E.WALKTHROUGH_HIT, step=16,
-                              key="hit_hit"))
+    prompt = int(
+        c4.number_input(
+            "Prompt tokens", min_value=2, max_value=1_048_576, value=E.WALKTHROUGH_PROMPT, step=16, key="hit_prompt"
+        )
+    )
+    hit = int(
+        c5.number_input("Hit tokens", min_value=0, max_value=1_048_576, value=E.WALKTHROUGH_HIT, step=16, key="hit_hit")
+    )
     shape_names = list(MODELS)
     default_shape = shape_names.index("llama3-8b-shape") if "llama3-8b-shape" in shape_names else 0
     shape = c6.selectbox("Model shape for the attention term", shape_names, index=default_shape, key="hit_shape")
     cap = P.max_hit_for(prompt)
     if hit >= prompt or hit % 16:
-        st.warning(f"A hit is whole blocks of 16 and at most (prompt − 1) // 16 × 16 = {cap:,} tokens here; "
-                   f"using {min(cap, hit - hit % 16):,}.")
+        st.warning(
+            f"A hit is whole blocks of 16 and at most (prompt − 1) // 16 × 16 = {cap:,} tokens here; "
+            f"using {min(cap, hit - hit % 16):,}."
+        )
         hit = min(cap, hit - hit % 16)
     rows = P.hit_value_rows(params_b * 1e9, peak_t * 1e12, util, prompt, hit, attention=MODELS[shape])
-    st.table({
-        "": [r.label for r in rows],
-        "walkthrough estimate (dense only)": [r.dense_only for r in rows],
-        f"plus attention ({shape})": [r.with_attention for r in rows],
-    })
-    st.caption("Ideal saving = hit / prompt; attention makes the saving slightly smaller than that, because the "
-               "recomputed tokens at the end attend to the whole context.")
+    st.table(
+        {
+            "": [r.label for r in rows],
+            "walkthrough estimate (dense only)": [r.dense_only for r in rows],
+            f"plus attention ({shape})": [r.with_attention for r in rows],
+        }
+    )
+    st.caption(
+        "Ideal saving = hit / prompt; attention makes the saving slightly smaller than that, because the "
+        "recomputed tokens at the end attend to the whole context."
+    )
     measurements = P.load_measurements(DOCS_DIR)
     st.subheader("Measured")
     if measurements:
-        st.table({
-            "source": [m.get("source") for m in measurements],
-            "model": [m.get("model") for m in measurements],
-            "device": [m.get("device") for m in measurements],
-            "prompt": [m.get("prompt_tokens") for m in measurements],
-            "hit": [m.get("hit_tokens") for m in measurements],
-            "full ms": [m.get("full_ms") for m in measurements],
-            "cached ms": [m.get("cached_ms") for m in measurements],
-            "saved": [m.get("saved_fraction") for m in measurements],
-            "ideal": [m.get("ideal_fraction") for m in measurements],
-        })
+        st.table(
+            {
+                "source": [m.get("source") for m in measurements],
+                "model": [m.get("model") for m in measurements],
+                "device": [m.get("device") for m in measurements],
+                "prompt": [m.get("prompt_tokens") for m in measurements],
+                "hit": [m.get("hit_tokens") for m in measurements],
+                "full ms": [m.get("full_ms") for m in measurements],
+                "cached ms": [m.get("cached_ms") for m in measurements],
+                "saved": [m.get("saved_fraction") for m in measurements],
+                "ideal": [m.get("ideal_fraction") for m in measurements],
+            }
+        )
     else:
-        st.markdown("No measurements are checked in yet. Run `python -m explorer prefill --json` to measure a "
-                    "real prefill with and without a hit on your machine.")
+        st.markdown(
+            "No measurements are checked in yet. Run `python -m explorer prefill --json` to measure a "
+            "real prefill with and without a hit on your machine."
+        )
     if (DOCS_DIR / "prefill.md").is_file():
         st.markdown("How the measurements were taken: `docs/prefill.md`.")
 
@@ -241,8 +309,10 @@ def _value_of_a_hit() -> None:
 def render() -> None:
     _init()
     st.title("Practice")
-    st.markdown("Predict first, then see. Each question is a small random scenario; answer, and the explorer runs "
-                "the step and shows the truth with the reason.")
+    st.markdown(
+        "Predict first, then see. Each question is a small random scenario; answer, and the explorer runs "
+        "the step and shows the truth with the reason."
+    )
     _question_block()
     st.divider()
     _interview()

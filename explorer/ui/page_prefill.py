@@ -85,8 +85,11 @@ def _measure_many(cases: list[tuple[str, str, int, int, int]]) -> list[dict]:
     out = []
     try:
         for i, (name, device, prompt, hit, repeats) in enumerate(cases):
-            bar.progress(i / len(cases), text=f"{name}: prompt {prompt:,}, hit {hit:,} ({i + 1} of {len(cases)}): "
-                         f"warm-up, then {repeats} timed runs of the full and the cached prefill")
+            bar.progress(
+                i / len(cases),
+                text=f"{name}: prompt {prompt:,}, hit {hit:,} ({i + 1} of {len(cases)}): "
+                f"warm-up, then {repeats} timed runs of the full and the cached prefill",
+            )
             out.append(_measure(name, device, prompt, hit, repeats))
     finally:
         bar.empty()
@@ -106,8 +109,10 @@ def _intro(caps: dict) -> None:
         "The same prompt with no cache is the baseline."
     )
     if not caps["torch"]:
-        st.info("torch is not installed here, so nothing can be measured: the page shows the estimate only "
-                "(pip install torch==2.13.0 to measure).")
+        st.info(
+            "torch is not installed here, so nothing can be measured: the page shows the estimate only "
+            "(pip install torch==2.13.0 to measure)."
+        )
     elif not caps["cuda"]:
         st.info("No GPU here: measurements run on the CPU in float32. llama3-8b-shape needs a GPU.")
     if caps["torch"] and not caps["smollm2"]:
@@ -122,8 +127,17 @@ def _settings(caps: dict) -> tuple[str, str, int, int, int]:
     prompt = int(
         c3.number_input("Prompt tokens", min_value=1, max_value=131072, value=200, step=BLOCK_SIZE, key="pf_prompt")
     )
-    hit = int(c4.number_input("Hit tokens", min_value=0, max_value=131072, value=96, step=BLOCK_SIZE, key="pf_hit",
-                              help=f"A multiple of {BLOCK_SIZE}, at most ((prompt - 1) // 16) * 16"))
+    hit = int(
+        c4.number_input(
+            "Hit tokens",
+            min_value=0,
+            max_value=131072,
+            value=96,
+            step=BLOCK_SIZE,
+            key="pf_hit",
+            help=f"A multiple of {BLOCK_SIZE}, at most ((prompt - 1) // 16) * 16",
+        )
+    )
     repeats = int(c5.number_input("Timed runs", min_value=1, max_value=10, value=3, key="pf_repeats"))
     return name, device, prompt, hit, repeats
 
@@ -154,13 +168,17 @@ def _estimate(name: str, prompt: int, hit: int, caps: dict) -> tuple[float, floa
             f"cached {format_seconds(e.cached_s)}, **{format_seconds(e.saved_s)} saved ({e.saved_fraction:.0%})**."
         )
     with right:
-        st.markdown("**The interview walkthrough** (Llama 3.1 8B, H100, 50% of 989 TFLOP/s, 2 x 8.03e9 FLOPs "
-                    "per token, no attention term):")
+        st.markdown(
+            "**The interview walkthrough** (Llama 3.1 8B, H100, 50% of 989 TFLOP/s, 2 x 8.03e9 FLOPs "
+            "per token, no attention term):"
+        )
         rows = walkthrough_table()
         st.table({"": [r[0] for r in rows], "estimate": [r[1] for r in rows]})
         w = walkthrough_estimate(with_attention=True)
-        st.caption(f"With the attention term: {w.full_s * 1e3:.1f} ms full, {w.saved_s * 1e3:.1f} ms saved "
-                   f"({w.saved_fraction:.0%}).")
+        st.caption(
+            f"With the attention term: {w.full_s * 1e3:.1f} ms full, {w.saved_s * 1e3:.1f} ms saved "
+            f"({w.saved_fraction:.0%})."
+        )
     return peak * 1e12, util
 
 
@@ -171,15 +189,20 @@ def _show_result(r: dict) -> None:
     )
     c = st.columns(3)
     c[0].metric("Full prefill", f"{r['full_ms']:,.1f} ms", help=f"computes all {r['prompt_tokens']:,} tokens")
-    c[1].metric("Cached prefill", f"{r['cached_ms']:,.1f} ms",
-                help=f"computes {r['prompt_tokens'] - r['hit_tokens']:,} tokens, reads {r['hit_tokens']:,} from the "
-                "pool")
+    c[1].metric(
+        "Cached prefill",
+        f"{r['cached_ms']:,.1f} ms",
+        help=f"computes {r['prompt_tokens'] - r['hit_tokens']:,} tokens, reads {r['hit_tokens']:,} from the pool",
+    )
     c[2].metric("Saved", f"{r['saved_ms']:,.1f} ms", f"{r['saved_fraction']:.1%} of the full prefill")
     c = st.columns(3)
     c[0].metric("Ideal: tokens hit", f"{r['ideal_fraction']:.1%}")
     c[1].metric("Ideal: FLOPs saved", f"{r['flop_ideal_fraction']:.1%}")
-    c[2].metric("MFU (full run)", "n/a" if r["mfu"] is None else f"{r['mfu']:.0%}",
-                help="FLOPs / time / the GPU's dense BF16 peak; none on a CPU or an unknown GPU")
+    c[2].metric(
+        "MFU (full run)",
+        "n/a" if r["mfu"] is None else f"{r['mfu']:.0%}",
+        help="FLOPs / time / the GPU's dense BF16 peak; none on a CPU or an unknown GPU",
+    )
     blocks = r["hit_block_ids"]
     text = f" = {r['greedy_text']!r}" if r.get("greedy_text") else ""
     st.markdown(
@@ -219,8 +242,10 @@ def _sweep(name: str, device: str, prompt: int, repeats: int, peak: float, util:
             r["estimate_ms"] = est.cached_s * 1e3  # r is a copy: st.cache_data returns copies
     where = f"{results[0]['device_name']}, {results[0]['dtype']}, {results[0]['weights']} weights"
     st.plotly_chart(sweep_figure(results, title=f"{name} on {where}"), key="pf_sweep_fig")
-    st.caption("Solid: measured cached prefill. Dotted: measured full prefill. Dashed: the full time scaled "
-               "by the FLOPs left to compute, i.e. the saving if time followed FLOPs exactly.")
+    st.caption(
+        "Solid: measured cached prefill. Dotted: measured full prefill. Dashed: the full time scaled "
+        "by the FLOPs left to compute, i.e. the saving if time followed FLOPs exactly."
+    )
 
 
 def render() -> None:
@@ -238,8 +263,10 @@ def render() -> None:
 
     st.subheader("The measurement")
     if name == "tiny":
-        st.caption("tiny takes milliseconds, so its times are mostly fixed per-layer overhead and noise: it shows "
-                   "the mechanism. smollm2-135m shows the saving (seconds per measurement on a CPU).")
+        st.caption(
+            "tiny takes milliseconds, so its times are mostly fixed per-layer overhead and noise: it shows "
+            "the mechanism. smollm2-135m shows the saving (seconds per measurement on a CPU)."
+        )
     if st.button("Measure", type="primary", key="pf_go"):
         st.session_state[K_LAST] = (name, device, prompt, hit, repeats)
     try:
@@ -250,5 +277,7 @@ def render() -> None:
     except BadInput as e:
         st.error(str(e))
     hint = max_hit(prompt)
-    st.caption(f"The longest hit for a {prompt:,}-token prompt is {hint:,} tokens: the last token always runs, and "
-               "hits are whole blocks.")
+    st.caption(
+        f"The longest hit for a {prompt:,}-token prompt is {hint:,} tokens: the last token always runs, and "
+        "hits are whole blocks."
+    )

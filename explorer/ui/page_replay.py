@@ -110,19 +110,31 @@ def _start_job(job: dict[str, Any]) -> None:
     root = str(Path(__file__).resolve().parent.parent.parent)
     env = dict(os.environ)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    err = tempfile.TemporaryFile()
+    err = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the child process)
     proc = subprocess.Popen(
         [sys.executable, "-m", "explorer.trace_replay"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, env=env, cwd=root,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=err,
+        env=env,
+        cwd=root,
     )
     q: queue_mod.Queue = queue_mod.Queue()
     ctx = get_script_run_ctx()
     session_id = ctx.session_id if ctx is not None else None
-    thread = threading.Thread(target=_pump, args=(proc, json.dumps(job).encode(), q, session_id), daemon=True,
-                              name="trace-replay-reader")
+    thread = threading.Thread(
+        target=_pump, args=(proc, json.dumps(job).encode(), q, session_id), daemon=True, name="trace-replay-reader"
+    )
     thread.start()
-    _state()[JOB] = {"proc": proc, "queue": q, "thread": thread, "stderr": err, "frac": 0.0,
-                     "text": "starting the worker", "started": time.time()}
+    _state()[JOB] = {
+        "proc": proc,
+        "queue": q,
+        "thread": thread,
+        "stderr": err,
+        "frac": 0.0,
+        "text": "starting the worker",
+        "started": time.time(),
+    }
     _state().pop(RESULT, None)
     _state().pop(ERROR, None)
     _state().pop(NOTICE, None)
@@ -185,8 +197,17 @@ def _cancel() -> None:
     _state()[NOTICE] = "Replay cancelled."
 
 
-def _build_job(source: str, upload: Any, block_size: int, sizes_text: str, limit: int, policies: list[str],
-               outputs: bool, concurrent: bool, decode_ms: float) -> dict[str, Any]:
+def _build_job(
+    source: str,
+    upload: Any,
+    block_size: int,
+    sizes_text: str,
+    limit: int,
+    policies: list[str],
+    outputs: bool,
+    concurrent: bool,
+    decode_ms: float,
+) -> dict[str, Any]:
     """Check the inputs (BadInput on anything wrong) and describe the worker's job."""
     sizes = parse_sizes(sizes_text)
     if max(sizes) > UI_MAX_NUM_BLOCKS:
@@ -197,9 +218,15 @@ def _build_job(source: str, upload: Any, block_size: int, sizes_text: str, limit
         raise BadInput("concurrency is modelled for the vllm policy only: untick lru and unbounded")
     lim = int(limit) or None
     job: dict[str, Any] = {
-        "limit": lim, "max_bytes": UI_MAX_TRACE_BYTES, "block_size": int(block_size), "sizes": sizes,
-        "policies": policies, "outputs": outputs, "decode_ms": float(decode_ms) if concurrent else None,
-        "max_num_blocks": UI_MAX_NUM_BLOCKS, "max_blocks_hashed": UI_MAX_BLOCKS_HASHED,
+        "limit": lim,
+        "max_bytes": UI_MAX_TRACE_BYTES,
+        "block_size": int(block_size),
+        "sizes": sizes,
+        "policies": policies,
+        "outputs": outputs,
+        "decode_ms": float(decode_ms) if concurrent else None,
+        "max_num_blocks": UI_MAX_NUM_BLOCKS,
+        "max_blocks_hashed": UI_MAX_BLOCKS_HASHED,
     }
     if source == UPLOAD:
         if upload is None:
@@ -240,8 +267,13 @@ def _results(res: dict[str, Any]) -> None:
     sizes = sorted({r["num_blocks"] for r in runs if r["num_blocks"] is not None})
     chosen = None
     if len(sizes) > 1:
-        chosen = st.selectbox("Cache size for the time plot", sizes, index=len(sizes) - 1,
-                              format_func=lambda s: f"{s:,} blocks", key="replay_time_size")
+        chosen = st.selectbox(
+            "Cache size for the time plot",
+            sizes,
+            index=len(sizes) - 1,
+            format_func=lambda s: f"{s:,} blocks",
+            key="replay_time_size",
+        )
     window = min(100, max(1, res["requests"] // 10 or 1))
     st.plotly_chart(hits_over_time(res, chosen, window), key="replay_fig_time")
     rows = []
@@ -255,8 +287,13 @@ def _results(res: dict[str, Any]) -> None:
         }
         conc = r.get("concurrency")
         if conc:
-            row.update({"peak running": conc["peak_running"], "mean wait (ms)": conc["mean_wait_ms"],
-                        "max wait (ms)": conc["max_wait_ms"]})
+            row.update(
+                {
+                    "peak running": conc["peak_running"],
+                    "mean wait (ms)": conc["mean_wait_ms"],
+                    "max wait (ms)": conc["max_wait_ms"],
+                }
+            )
         rows.append(row)
     st.dataframe(rows, hide_index=True)
 
@@ -291,33 +328,75 @@ def render() -> None:
     upload = None
     if source == UPLOAD:
         upload = st.file_uploader(
-            f"Trace file (JSON lines, at most {UI_MAX_TRACE_BYTES >> 20} MiB)", type=["jsonl", "json", "txt"],
-            key="replay_upload", disabled=running,
+            f"Trace file (JSON lines, at most {UI_MAX_TRACE_BYTES >> 20} MiB)",
+            type=["jsonl", "json", "txt"],
+            key="replay_upload",
+            disabled=running,
         )
     c1, c2, c3 = st.columns(3)
-    block_size = c1.number_input("Block size (tokens)", min_value=1, max_value=4096, value=16, step=1,
-                                 key="replay_block_size", disabled=running)
-    limit = c2.number_input("Requests to replay (0 = all)", min_value=0, value=500, step=100,
-                            key="replay_limit", disabled=running,
-                            help="The first N lines. The whole shipped trace takes minutes at block size 16.")
-    sizes_text = c3.text_input("Cache sizes (blocks)", value="1000, 5000, 20000, 100000", key="replay_sizes",
-                               disabled=running, help="Comma-separated; block 0 is the null block.")
-    policies = st.multiselect("Policies", list(POLICIES), default=list(POLICIES), key="replay_policies",
-                              format_func=lambda p: POLICY_LABELS[p], disabled=running)
+    block_size = c1.number_input(
+        "Block size (tokens)", min_value=1, max_value=4096, value=16, step=1, key="replay_block_size", disabled=running
+    )
+    limit = c2.number_input(
+        "Requests to replay (0 = all)",
+        min_value=0,
+        value=500,
+        step=100,
+        key="replay_limit",
+        disabled=running,
+        help="The first N lines. The whole shipped trace takes minutes at block size 16.",
+    )
+    sizes_text = c3.text_input(
+        "Cache sizes (blocks)",
+        value="1000, 5000, 20000, 100000",
+        key="replay_sizes",
+        disabled=running,
+        help="Comma-separated; block 0 is the null block.",
+    )
+    policies = st.multiselect(
+        "Policies",
+        list(POLICIES),
+        default=list(POLICIES),
+        key="replay_policies",
+        format_func=lambda p: POLICY_LABELS[p],
+        disabled=running,
+    )
     c4, c5, c6 = st.columns(3)
-    outputs = c4.checkbox("Generate outputs", key="replay_outputs", disabled=running,
-                          help="Each request also decodes output_length tokens of 0, holding more blocks.")
-    concurrent = c5.checkbox("Concurrency from timestamps", key="replay_concurrent", disabled=running,
-                             help="Arrivals at their timestamps, first come first served, each request holds "
-                             "its blocks for output_length x decode time. vllm policy only.")
-    decode_ms = c6.number_input("Decode time per output token (ms)", min_value=0.0, value=DEFAULT_DECODE_MS,
-                                key="replay_decode_ms", disabled=running or not concurrent)
+    outputs = c4.checkbox(
+        "Generate outputs",
+        key="replay_outputs",
+        disabled=running,
+        help="Each request also decodes output_length tokens of 0, holding more blocks.",
+    )
+    concurrent = c5.checkbox(
+        "Concurrency from timestamps",
+        key="replay_concurrent",
+        disabled=running,
+        help="Arrivals at their timestamps, first come first served, each request holds "
+        "its blocks for output_length x decode time. vllm policy only.",
+    )
+    decode_ms = c6.number_input(
+        "Decode time per output token (ms)",
+        min_value=0.0,
+        value=DEFAULT_DECODE_MS,
+        key="replay_decode_ms",
+        disabled=running or not concurrent,
+    )
 
     if not running:
         if st.button("Run replay", type="primary", key="replay_run"):
             try:
-                job = _build_job(source, upload, int(block_size), sizes_text, int(limit), list(policies),
-                                 bool(outputs), bool(concurrent), float(decode_ms))
+                job = _build_job(
+                    source,
+                    upload,
+                    int(block_size),
+                    sizes_text,
+                    int(limit),
+                    list(policies),
+                    bool(outputs),
+                    bool(concurrent),
+                    float(decode_ms),
+                )
             except BadInput as e:
                 _state()[ERROR] = str(e)
                 _state().pop(RESULT, None)

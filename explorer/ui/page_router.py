@@ -138,7 +138,10 @@ def _config_editor() -> R.FleetConfig | None:
         _ss()[PRESET] = CUSTOM
     c1, c2 = st.columns([1, 2])
     c1.selectbox(
-        "Example fleet", options, key=PRESET, on_change=_on_preset,
+        "Example fleet",
+        options,
+        key=PRESET,
+        on_change=_on_preset,
         help="The fleets/ folder. Pick one to load it into the editor; edit the TOML freely.",
     )
     with c2.expander("Fleet file (TOML)", expanded=False):
@@ -158,9 +161,15 @@ def _controls(base: R.FleetConfig) -> R.FleetConfig:
     _sync_widgets(base)
     st.subheader("Router")
     c1, c2, c3, c4, c5 = st.columns(5)
-    c1.slider("Load weight", 0.0, max(64.0, float(base.router.load_weight)), step=0.5, key=W_LOAD,
-              help="cost = blocks to prefill + load weight x requests in flight; the lowest cost wins. "
-                   "0 = pure longest match.")
+    c1.slider(
+        "Load weight",
+        0.0,
+        max(64.0, float(base.router.load_weight)),
+        step=0.5,
+        key=W_LOAD,
+        help="cost = blocks to prefill + load weight x requests in flight; the lowest cost wins. "
+        "0 = pure longest match.",
+    )
     c2.selectbox("Tie-break", R.TIE_BREAKS, key=W_TIE, help="Who wins among equal costs.")
     c3.number_input("Instances", 1, R.LIMITS.max_instances, key=W_INSTANCES)
     c4.number_input("Requests", 1, UI_MAX_REQUESTS, key=W_REQUESTS)
@@ -179,19 +188,31 @@ def _controls(base: R.FleetConfig) -> R.FleetConfig:
         if disabled:
             _ss()[W_IGNORE] = False
         cols[n % 2].toggle(label, key=key, help=R.SWITCH_HELP[name], disabled=disabled)
-    cols[len(SWITCHES) % 2].slider("Event batches lost (no replay)", 0.0, 0.95, step=0.05, key=W_DROP,
-                                   help=R.SWITCH_HELP["drop_batches"])
+    cols[len(SWITCHES) % 2].slider(
+        "Event batches lost (no replay)", 0.0, 0.95, step=0.05, key=W_DROP, help=R.SWITCH_HELP["drop_batches"]
+    )
 
     ss = _ss()
     bf = base.failures
     failures = replace(
         bf,
-        router_hash_algo=(bf.router_hash_algo if bf.router_hash_algo and bf.router_hash_algo != fl.hash_algo
-                          else R.other_algo(fl.hash_algo)) if ss[W_ALGO] else "",
-        router_hash_seed=(bf.router_hash_seed if bf.router_hash_seed is not None
-                          else R.other_seed(fl.hash_seed)) if ss[W_SEEDF] else None,
-        router_block_size=(bf.router_block_size if bf.router_block_size and bf.router_block_size != fl.block_size
-                           else R.other_block_size(fl.block_size)) if ss[W_BS] else 0,
+        router_hash_algo=(
+            bf.router_hash_algo
+            if bf.router_hash_algo and bf.router_hash_algo != fl.hash_algo
+            else R.other_algo(fl.hash_algo)
+        )
+        if ss[W_ALGO]
+        else "",
+        router_hash_seed=(bf.router_hash_seed if bf.router_hash_seed is not None else R.other_seed(fl.hash_seed))
+        if ss[W_SEEDF]
+        else None,
+        router_block_size=(
+            bf.router_block_size
+            if bf.router_block_size and bf.router_block_size != fl.block_size
+            else R.other_block_size(fl.block_size)
+        )
+        if ss[W_BS]
+        else 0,
         router_wrong_hash_form=bool(ss[W_FORM]),
         xxhash_unshared_seed=bool(ss[W_XX]),
         tenant_salt=bool(ss[W_SALT]),
@@ -211,8 +232,12 @@ def _trace_input(cfg: R.FleetConfig) -> tuple[bytes | None, str, str | None]:
     """(bytes, name, error) of the trace a trace workload needs."""
     if cfg.workload.kind != "trace":
         return None, "", None
-    up = st.file_uploader("Mooncake trace (JSON lines)", type=["jsonl", "json", "txt"], key=TRACE,
-                          help="Used when the fleet file says trace = \"upload\".")
+    up = st.file_uploader(
+        "Mooncake trace (JSON lines)",
+        type=["jsonl", "json", "txt"],
+        key=TRACE,
+        help='Used when the fleet file says trace = "upload".',
+    )
     if cfg.workload.trace == "upload":
         if up is None:
             return None, "", 'This fleet replays an uploaded trace (trace = "upload"): upload one.'
@@ -263,30 +288,39 @@ def _summary(result: R.FleetResult) -> None:
     rr = result.runs.get("round_robin")
     cols = st.columns(len(runs))
     for col, run in zip(cols, runs):
-        delta = f"{(run.hit_rate - rr.hit_rate) * 100:+.1f} pts vs round robin" if rr is not None and run is not rr else None
-        col.metric(run.label, f"{run.hit_rate:.1%}", delta, help="hit tokens / prompt tokens, from the engines' own stats")
+        delta = (
+            f"{(run.hit_rate - rr.hit_rate) * 100:+.1f} pts vs round robin"
+            if rr is not None and run is not rr
+            else None
+        )
+        col.metric(
+            run.label, f"{run.hit_rate:.1%}", delta, help="hit tokens / prompt tokens, from the engines' own stats"
+        )
     rows = []
     for run in runs:
         s = run.summary()
-        rows.append({
-            "policy": run.label,
-            "hit rate": f"{s['hit_rate']:.1%}",
-            "hit tokens (prefill saved)": s["hit_tokens"],
-            "prompt tokens": s["prompt_tokens"],
-            "prefill saved, ms": round(s["saved_ms"]),
-            "prefill computed, ms": round(s["prefill_ms"]),
-            "router's matched tokens": s["router_match_tokens"],
-            "busiest / mean (prefill)": round(s["imbalance_prefill"], 2),
-            "busiest / mean (requests)": round(s["imbalance_requests"], 2),
-            "skipped": s["skipped"],
-            "gaps": s["gaps"],
-            "cross-tenant hit tokens": s["cross_tenant_hit_tokens"],
-        })
+        rows.append(
+            {
+                "policy": run.label,
+                "hit rate": f"{s['hit_rate']:.1%}",
+                "hit tokens (prefill saved)": s["hit_tokens"],
+                "prompt tokens": s["prompt_tokens"],
+                "prefill saved, ms": round(s["saved_ms"]),
+                "prefill computed, ms": round(s["prefill_ms"]),
+                "router's matched tokens": s["router_match_tokens"],
+                "busiest / mean (prefill)": round(s["imbalance_prefill"], 2),
+                "busiest / mean (requests)": round(s["imbalance_requests"], 2),
+                "skipped": s["skipped"],
+                "gaps": s["gaps"],
+                "cross-tenant hit tokens": s["cross_tenant_hit_tokens"],
+            }
+        )
     st.dataframe(rows, hide_index=True, width="stretch")
     p = result.config.prefill
     st.caption(
         f"Milliseconds are the walkthrough's estimate: 2 × {p.params:.3g} parameters / ({p.peak_tflops:g} TFLOP/s × "
-        f"{p.utilization:.0%})" + (" plus Llama-3-8B-shaped attention" if p.attention else "")
+        f"{p.utilization:.0%})"
+        + (" plus Llama-3-8B-shaped attention" if p.attention else "")
         + " per prompt token; a hit skips its tokens. "
         f"{len(result.stream.requests):,} requests ({result.stream.source}), simulated in {result.seconds:.2f} s."
     )
@@ -297,8 +331,9 @@ def _plots(result: R.FleetResult) -> None:
     c1.plotly_chart(V.hit_rate_by_policy(result), key="router_fig_hit")
     c2.plotly_chart(V.prefill_time(result), key="router_fig_prefill")
     st.plotly_chart(V.cumulative_hit_rate(result), key="router_fig_cumulative")
-    st.selectbox("Per instance", list(V.PER_INSTANCE_METRICS), key=W_METRIC,
-                 format_func=lambda m: V.PER_INSTANCE_METRICS[m][0])
+    st.selectbox(
+        "Per instance", list(V.PER_INSTANCE_METRICS), key=W_METRIC, format_func=lambda m: V.PER_INSTANCE_METRICS[m][0]
+    )
     st.plotly_chart(V.per_instance(result, _ss().get(W_METRIC) or "hit_tokens"), key="router_fig_instances")
     run = result.runs["prefix"]
     c1, c2 = st.columns(2)
@@ -339,8 +374,10 @@ def _plots(result: R.FleetResult) -> None:
 
 def _ask(result: R.FleetResult) -> None:
     st.subheader("Ask the router")
-    st.caption("Where would one more request go, against the fleet's final state? A token spec such as "
-               "`0:1000, 7*200`, or text (SmolLM2's tokenizer).")
+    st.caption(
+        "Where would one more request go, against the fleet's final state? A token spec such as "
+        "`0:1000, 7*200`, or text (SmolLM2's tokenizer)."
+    )
     c1, c2, c3 = st.columns([1, 3, 1])
     c1.radio("Prompt is", ["spec", "text"], key=W_ASK_KIND, format_func={"spec": "token spec", "text": "text"}.get)
     c2.text_input("Prompt", key=W_ASK, placeholder="0:1000, 7*200")
@@ -374,8 +411,13 @@ def _share(cfg: R.FleetConfig) -> None:
                 st.query_params["fleet"] = token
             st.caption("The page's address now carries this setup (?fleet=...); copy it from the browser.")
             st.code(f"?fleet={token}", language=None)
-        st.download_button("Download the fleet file", cfg.to_toml().encode(), file_name="fleet.toml",
-                           mime="application/toml", key="router_download")
+        st.download_button(
+            "Download the fleet file",
+            cfg.to_toml().encode(),
+            file_name="fleet.toml",
+            mime="application/toml",
+            key="router_download",
+        )
 
 
 def render() -> None:

@@ -123,9 +123,8 @@ def check_engine(engine: Mapping[str, Any]) -> dict[str, Any]:
         elif key == "hash_seed":
             if not isinstance(value, str) or len(value) > 256:
                 raise BadInput("hash seed must be a string of at most 256 characters")
-        elif key == "enable_prefix_caching":
-            if not isinstance(value, bool):
-                raise BadInput("prefix caching must be on or off")
+        elif key == "enable_prefix_caching" and not isinstance(value, bool):
+            raise BadInput("prefix caching must be on or off")
         out[key] = value
     return out
 
@@ -146,7 +145,13 @@ def check_edits(edits: Any) -> tuple[dict[str, Any], ...]:
 
 # ---- URL form ---------------------------------------------------------------------------------
 
-_ENGINE_PARAMS = {"bs": "block_size", "nb": "num_blocks", "algo": "hash_algo", "seed": "hash_seed", "pc": "enable_prefix_caching"}
+_ENGINE_PARAMS = {
+    "bs": "block_size",
+    "nb": "num_blocks",
+    "algo": "hash_algo",
+    "seed": "hash_seed",
+    "pc": "enable_prefix_caching",
+}
 
 
 def to_query(view: ViewState) -> tuple[dict[str, str], list[str]]:
@@ -302,7 +307,9 @@ def check_size(scenario: Scenario) -> None:
         )
 
 
-def effective_scenario(base: Scenario, engine: Mapping[str, Any], edits: tuple[Mapping[str, Any], ...], drawn_seed: str | None) -> Scenario:
+def effective_scenario(
+    base: Scenario, engine: Mapping[str, Any], edits: tuple[Mapping[str, Any], ...], drawn_seed: str | None
+) -> Scenario:
     """Base scenario + changed settings + playground edits (+ the session's drawn seed)."""
     sc = base
     if engine:
@@ -361,8 +368,13 @@ def session_json(trace: Trace) -> str:
 
 def replay_key(source: str, raw: bytes, engine: Mapping[str, Any], edits, drawn_seed: str | None) -> str:
     h = hashlib.sha256()
-    for part in (source.encode(), raw, json.dumps(dict(engine), sort_keys=True).encode(),
-                 json.dumps(list(edits), sort_keys=True, default=str).encode(), (drawn_seed or "").encode()):
+    for part in (
+        source.encode(),
+        raw,
+        json.dumps(dict(engine), sort_keys=True).encode(),
+        json.dumps(list(edits), sort_keys=True, default=str).encode(),
+        (drawn_seed or "").encode(),
+    ):
         h.update(len(part).to_bytes(8, "big"))
         h.update(part)
     return h.hexdigest()

@@ -26,14 +26,30 @@ def _attrs(**kw: object) -> str:
     return "".join(f' {k.replace("_", "-")}="{_e(v)}"' for k, v in kw.items() if v is not None)
 
 
-def chip(block_id: int, ref_cnt: int, block_hash: bytes | None, *, changed: bool = False, selected: bool = False,
-         mode: str = "full", extra: str = "", title_extra: str = "") -> str:
+def chip(
+    block_id: int,
+    ref_cnt: int,
+    block_hash: bytes | None,
+    *,
+    changed: bool = False,
+    selected: bool = False,
+    mode: str = "full",
+    extra: str = "",
+    title_extra: str = "",
+) -> str:
     """One block: colour by state AND a letter (N, F, U<n>), with id and short hash."""
     state = block_state(block_id, ref_cnt, block_hash)
     letter = block_letter(block_id, ref_cnt)
-    cls = f"px-blk px-s-{state}" + (" px-chg" if changed else "") + (" px-sel" if selected else "") + (f" px-{mode}" if mode != "full" else "")
+    cls = (
+        f"px-blk px-s-{state}"
+        + (" px-chg" if changed else "")
+        + (" px-sel" if selected else "")
+        + (f" px-{mode}" if mode != "full" else "")
+    )
     label = STATES[state][2].split("  ", 1)[1]
-    title = f"block {block_id}: {letter} ({label}), ref_cnt {ref_cnt}" + (f", hash {block_hash.hex()[:16]}..." if block_hash else ", no hash")
+    title = f"block {block_id}: {letter} ({label}), ref_cnt {ref_cnt}" + (
+        f", hash {block_hash.hex()[:16]}..." if block_hash else ", no hash"
+    )
     if changed:
         title += ", changed by this step"
     if title_extra:
@@ -44,22 +60,44 @@ def chip(block_id: int, ref_cnt: int, block_hash: bytes | None, *, changed: bool
         body = f"<b>{block_id}</b> {letter}"
     else:
         h = short_hash(block_hash)
-        body = f"<b>{block_id}</b> <span class=\"px-l\">{letter}</span>" + (f" <span class=\"px-h\">{h}</span>" if h else "")
+        body = f'<b>{block_id}</b> <span class="px-l">{letter}</span>' + (
+            f' <span class="px-h">{h}</span>' if h else ""
+        )
     return f'<span class="{cls}" data-px-block="{block_id}" title="{title}">{body}{extra}</span>'
 
 
-def snap_chip(snap: Snapshot, block_id: int, changed: set[int] | frozenset[int] = frozenset(), selected: int | None = None,
-              mode: str = "full", extra: str = "", title_extra: str = "") -> str:
+def snap_chip(
+    snap: Snapshot,
+    block_id: int,
+    changed: set[int] | frozenset[int] = frozenset(),
+    selected: int | None = None,
+    mode: str = "full",
+    extra: str = "",
+    title_extra: str = "",
+) -> str:
     rc, h = snap.blocks[block_id]
-    return chip(block_id, rc, h, changed=block_id in changed, selected=block_id == selected, mode=mode, extra=extra, title_extra=title_extra)
+    return chip(
+        block_id,
+        rc,
+        h,
+        changed=block_id in changed,
+        selected=block_id == selected,
+        mode=mode,
+        extra=extra,
+        title_extra=title_extra,
+    )
 
 
 def legend_html() -> str:
     items = []
     for s in STATE_ORDER:
         letter, text = STATES[s][2].split("  ", 1)
-        items.append(f'<span class="px-blk px-s-{s} px-legend-chip"><span class="px-l">{_e(letter)}</span></span> {_e(text)}')
-    items.append('<span class="px-blk px-s-free px-chg px-legend-chip"><span class="px-l">&nbsp;</span></span> changed by this step')
+        items.append(
+            f'<span class="px-blk px-s-{s} px-legend-chip"><span class="px-l">{_e(letter)}</span></span> {_e(text)}'
+        )
+    items.append(
+        '<span class="px-blk px-s-free px-chg px-legend-chip"><span class="px-l">&nbsp;</span></span> changed by this step'
+    )
     return '<div class="px-legend">' + "".join(f"<span>{i}</span>" for i in items) + "</div>"
 
 
@@ -101,7 +139,11 @@ def _elide(items: Sequence[str], keep_head: int, keep_tail: int, what: str = "mo
     if len(items) <= keep_head + keep_tail + 1:
         return list(items)
     hidden = len(items) - keep_head - keep_tail
-    return [*items[:keep_head], f'<span class="px-more">&hellip; {hidden:,} {what} &hellip;</span>', *items[-keep_tail:]]
+    return [
+        *items[:keep_head],
+        f'<span class="px-more">&hellip; {hidden:,} {what} &hellip;</span>',
+        *items[-keep_tail:],
+    ]
 
 
 def free_queue_html(snap: Snapshot, changed: set[int], selected: int | None = None, show: int = 48) -> str:
@@ -118,8 +160,14 @@ def free_queue_html(snap: Snapshot, changed: set[int], selected: int | None = No
     )
 
 
-def hash_map_html(snap: Snapshot, step: Step | None, prev: Snapshot | None, selected: int | None = None, cap: int = 300,
-                  int_hashes: bool = True) -> str:
+def hash_map_html(
+    snap: Snapshot,
+    step: Step | None,
+    prev: Snapshot | None,
+    selected: int | None = None,
+    cap: int = 300,
+    int_hashes: bool = True,
+) -> str:
     """hash -> block ids (insertion order), duplicates marked, this step's additions and removals shown."""
     new_hashes = {c.hash for c in step.cached} if step else set()
     now = {h for h, _ in snap.cached}
@@ -130,7 +178,7 @@ def hash_map_html(snap: Snapshot, step: Step | None, prev: Snapshot | None, sele
     for h, ids in removed[:cap]:
         rows.append(
             f'<tr class="px-removed"><td><code>{h.hex()[:12]}</code></td><td>{_event_hash(h, int_hashes)}</td>'
-            f'<td>{" ".join(f"#{i}" for i in ids)}</td><td>entry removed this step</td></tr>'
+            f"<td>{' '.join(f'#{i}' for i in ids)}</td><td>entry removed this step</td></tr>"
         )
     changed_ids = set()
     for h, ids in snap.cached[:cap]:
@@ -148,7 +196,11 @@ def hash_map_html(snap: Snapshot, step: Step | None, prev: Snapshot | None, sele
             f"<td>{chips}</td><td>{', '.join(note)}</td></tr>"
         )
     more = len(snap.cached) - cap
-    foot = f'<tr><td colspan="4" class="px-more">&hellip; {more:,} more entries (download the replay JSON for all)</td></tr>' if more > 0 else ""
+    foot = (
+        f'<tr><td colspan="4" class="px-more">&hellip; {more:,} more entries (download the replay JSON for all)</td></tr>'
+        if more > 0
+        else ""
+    )
     if not snap.cached and not removed:
         return '<div class="px-empty">The hash map is empty: no block is cached.</div>'
     head = "<tr><th>hash</th><th>event hash</th><th>blocks (insertion order)</th><th></th></tr>"
@@ -178,7 +230,7 @@ def requests_html(snap: Snapshot, changed: set[int], selected: int | None = None
         rows.append(
             f'<tr data-px-request="{_e(r.request_id)}"><td><b>{_e(r.request_id)}</b></td><td>{_e(r.status)}</td>'
             f"<td>{r.num_computed_tokens:,} / {r.num_tokens:,}<br><small>prompt {r.num_prompt_tokens:,}, {len(r.block_hashes)} hashes</small></td>"
-            f"<td>{'<br>'.join(tags)}</td><td><div class=\"px-chips\">{table}</div></td></tr>"
+            f'<td>{"<br>".join(tags)}</td><td><div class="px-chips">{table}</div></td></tr>'
         )
     head = "<tr><th>request</th><th>status</th><th>computed / tokens</th><th></th><th>block table (block ids in order)</th></tr>"
     return f'<table class="px-table">{head}{"".join(rows)}</table>'
@@ -202,7 +254,11 @@ def event_row(step_no: int, ev_no: int, event, current: bool) -> str:
             f"hashes {_event_hashes(event.block_hashes)}; parent {_hash_text(parent) if parent is not None else 'None'}; "
             f"{len(toks):,} token ids; block_size {event.block_size}"
             + (f"; lora {_e(event.lora_name)} (id {event.lora_id})" if event.lora_name else "")
-            + (f"; extra_keys {_e(_short_json(event.extra_keys))}" if event.extra_keys and any(x is not None for x in event.extra_keys) else "")
+            + (
+                f"; extra_keys {_e(_short_json(event.extra_keys))}"
+                if event.extra_keys and any(x is not None for x in event.extra_keys)
+                else ""
+            )
         )
     elif kind == "BlockRemoved":
         detail = f"hashes {_event_hashes(event.block_hashes)}; medium {event.medium}"
@@ -237,7 +293,11 @@ def event_log_html(trace: Trace, k: int, cap: int = 80) -> str:
         if len(rows) >= cap:
             break
     if not rows:
-        return '<div class="px-empty">No KV event yet.</div>' if trace.scenario.engine.events else '<div class="px-empty">KV events are off in this scenario.</div>'
+        return (
+            '<div class="px-empty">No KV event yet.</div>'
+            if trace.scenario.engine.events
+            else '<div class="px-empty">KV events are off in this scenario.</div>'
+        )
     more = f'<tr><td colspan="4" class="px-more">&hellip; {total - cap:,} older events</td></tr>' if total > cap else ""
     head = "<tr><th>step</th><th>#</th><th>type</th><th>fields</th></tr>"
     return f'<div class="px-scroll"><table class="px-table" data-px-events="{total}">{head}{"".join(rows)}{more}</table></div>'
@@ -249,7 +309,9 @@ def phase_strip_html(active: Mapping[str, str], titles: Mapping[str, str]) -> st
     for i, (key, title) in enumerate(titles.items(), start=1):
         on = key in active
         cls = "px-phase px-on" if on else "px-phase"
-        cells.append(f'<div class="{cls}" data-px-phase="{key}"><b>{i}</b> {_e(title)}<br><small>{_e(active.get(key, "-"))}</small></div>')
+        cells.append(
+            f'<div class="{cls}" data-px-phase="{key}"><b>{i}</b> {_e(title)}<br><small>{_e(active.get(key, "-"))}</small></div>'
+        )
     return '<div class="px-phases">' + "".join(cells) + "</div>"
 
 
@@ -272,8 +334,16 @@ def _extra_label(keys: tuple | None) -> str:
     return '<span class="px-extra">' + ", ".join(out) + "</span>"
 
 
-def hashing_html(step: Step, none_hash: bytes | None, parent: bytes | None, num_tokens: int, block_size: int,
-                 int_hashes: bool = True, snippets: Mapping[int, str] | None = None, show: int = 24) -> str:
+def hashing_html(
+    step: Step,
+    none_hash: bytes | None,
+    parent: bytes | None,
+    num_tokens: int,
+    block_size: int,
+    int_hashes: bool = True,
+    snippets: Mapping[int, str] | None = None,
+    show: int = 24,
+) -> str:
     """The prompt cut into blocks: the chain from NONE_HASH (or the previous block), each
     digest and its 64-bit event form, extra keys on the blocks they touch, the partial tail."""
     hashed = step.hashed
@@ -316,9 +386,15 @@ def digest_table_html(hashed, int_hashes: bool = True, cap: int = 256) -> str:
             f"<td><code>{ev}</code></td><td>{_extra_label(hb.extra_keys)}</td></tr>"
         )
     more = len(hashed) - cap
-    foot = f"<tr><td colspan='5' class='px-more'>&hellip; {more:,} more: the hash calculator page or the replay JSON has them all</td></tr>" if more > 0 else ""
-    return ("<div class='px-scroll'><table class='px-table px-hash-table' data-px-digests='1'><tr><th>block</th><th>tokens</th>"
-            "<th>digest</th><th>event hash</th><th>extra keys</th></tr>" + "".join(rows) + foot + "</table></div>")
+    foot = (
+        f"<tr><td colspan='5' class='px-more'>&hellip; {more:,} more: the hash calculator page or the replay JSON has them all</td></tr>"
+        if more > 0
+        else ""
+    )
+    return (
+        "<div class='px-scroll'><table class='px-table px-hash-table' data-px-digests='1'><tr><th>block</th><th>tokens</th>"
+        "<th>digest</th><th>event hash</th><th>extra keys</th></tr>" + "".join(rows) + foot + "</table></div>"
+    )
 
 
 def lookup_html(step: Step, num_full_blocks: int, block_size: int, show: int = 40) -> str:
@@ -328,7 +404,9 @@ def lookup_html(step: Step, num_full_blocks: int, block_size: int, show: int = 4
     probes = []
     for idx, hit, bid in lk.probes:
         if hit:
-            probes.append(f'<span class="px-probe px-hit" data-px-block="{bid}" title="block {idx}: hit, block #{bid}">b{idx} &#10003; #{bid}</span>')
+            probes.append(
+                f'<span class="px-probe px-hit" data-px-block="{bid}" title="block {idx}: hit, block #{bid}">b{idx} &#10003; #{bid}</span>'
+            )
         else:
             probes.append(f'<span class="px-probe px-miss" title="block {idx}: miss">b{idx} &#10007; miss: stop</span>')
     if lk.cap_blocks == 0:
@@ -378,35 +456,60 @@ def allocate_html(step: Step, before: Snapshot, after: Snapshot, changed: set[in
         grew = [a for a in step.admissions if a.new_blocks_needed > 0 or not a.ok]
         if grew:
             items = "".join(
-                f"<li>tokens up to {a.slots_needed:,}: {a.new_blocks_needed} new block &le; {a.free_blocks} free</li>" if a.ok else
-                f"<li>tokens up to {a.slots_needed:,}: {a.required} &gt; {a.free_blocks} free &rarr; None</li>"
+                f"<li>tokens up to {a.slots_needed:,}: {a.new_blocks_needed} new block &le; {a.free_blocks} free</li>"
+                if a.ok
+                else f"<li>tokens up to {a.slots_needed:,}: {a.required} &gt; {a.free_blocks} free &rarr; None</li>"
                 for a in grew[:12]
             )
             parts.append(f'<ul class="px-list">{items}</ul>')
     if step.touched:
         from_free = set(step.touched_from_free)
-        chips = [snap_chip(after, b, changed, selected, "full",
-                           title_extra="left the free queue" if b in from_free else "was already in use") for b in step.touched]
+        chips = [
+            snap_chip(
+                after,
+                b,
+                changed,
+                selected,
+                "full",
+                title_extra="left the free queue" if b in from_free else "was already in use",
+            )
+            for b in step.touched
+        ]
         parts.append(
             f'<div class="px-row"><span class="px-rowlabel">touch: {len(step.touched)} hit blocks '
-            f"({len(from_free)} from the free queue)</span>"
-            + "".join(_elide(chips, 30, 6, "blocks")) + "</div>"
+            f"({len(from_free)} from the free queue)</span>" + "".join(_elide(chips, 30, 6, "blocks")) + "</div>"
         )
     if step.new_block_ids:
         evicted = {b for b, _ in step.evicted}
-        chips = [snap_chip(after, b, changed, selected, "full", extra=' <span class="px-x" title="evicted">&#10007;</span>' if b in evicted else "")
-                 for b in step.new_block_ids]
+        chips = [
+            snap_chip(
+                after,
+                b,
+                changed,
+                selected,
+                "full",
+                extra=' <span class="px-x" title="evicted">&#10007;</span>' if b in evicted else "",
+            )
+            for b in step.new_block_ids
+        ]
         parts.append(
             f'<div class="px-row"><span class="px-rowlabel">get_new_blocks: {len(step.new_block_ids)} popped from the head</span>'
-            + "".join(_elide(chips, 30, 6, "blocks")) + "</div>"
+            + "".join(_elide(chips, 30, 6, "blocks"))
+            + "</div>"
         )
     return "".join(parts)
 
 
-def caching_html(step: Step, after: Snapshot, changed: set[int], selected: int | None = None, int_hashes: bool = True, show: int = 10) -> str:
+def caching_html(
+    step: Step, after: Snapshot, changed: set[int], selected: int | None = None, int_hashes: bool = True, show: int = 10
+) -> str:
     rows = []
     for c in step.cached:
-        dup = f' <span class="px-dupmark">duplicate of #{", #".join(map(str, c.duplicate_of))}: both kept</span>' if c.duplicate_of else ""
+        dup = (
+            f' <span class="px-dupmark">duplicate of #{", #".join(map(str, c.duplicate_of))}: both kept</span>'
+            if c.duplicate_of
+            else ""
+        )
         rows.append(
             f'<div class="px-cached-row">{snap_chip(after, c.block_id, changed, selected)} '
             f"<span>block {c.index} &larr; <code>{c.hash.hex()[:16]}&hellip;</code> <small>event {external_block_hash(c.hash) if int_hashes else 'raw digest'}</small></span>{dup}</div>"
@@ -418,8 +521,8 @@ def caching_html(step: Step, after: Snapshot, changed: set[int], selected: int |
             toks = e.token_ids or ()
             ev.append(
                 f'<div class="px-event"><b>BlockStored</b> {len(e.block_hashes)} hashes, parent '
-                f'{_hash_text(e.parent_block_hash) if e.parent_block_hash is not None else "None"}, '
-                f'{len(toks):,} token ids ({toks[0] if toks else "-"}&hellip;{toks[-1] if toks else "-"})</div>'
+                f"{_hash_text(e.parent_block_hash) if e.parent_block_hash is not None else 'None'}, "
+                f"{len(toks):,} token ids ({toks[0] if toks else '-'}&hellip;{toks[-1] if toks else '-'})</div>"
             )
     return '<div class="px-cached">' + "".join(rows) + "</div>" + "".join(ev[:6])
 
@@ -429,19 +532,33 @@ def free_html(step: Step, after: Snapshot, changed: set[int], selected: int | No
     order = [f.block_id for f in step.freed]
     out.append(
         '<div class="px-row"><span class="px-rowlabel">free order (block table reversed)</span>'
-        + "".join(_elide([f'<span class="px-ord">{b}</span>' for b in order], 30, 6, "blocks")) + "</div>"
+        + "".join(_elide([f'<span class="px-ord">{b}</span>' for b in order], 30, 6, "blocks"))
+        + "</div>"
     )
-    for to, label in (("front", "&rarr; front of the free queue (no hash: reused first)"),
-                      ("back", "&rarr; back of the free queue (hashed: stays cached)"),
-                      ("held", "still held (ref_cnt &gt; 0)")):
+    for to, label in (
+        ("front", "&rarr; front of the free queue (no hash: reused first)"),
+        ("back", "&rarr; back of the free queue (hashed: stays cached)"),
+        ("held", "still held (ref_cnt &gt; 0)"),
+    ):
         ids = [f.block_id for f in step.freed if f.to == to]
         if ids:
             chips = [snap_chip(after, b, changed, selected) for b in ids]
-            out.append(f'<div class="px-row" data-px-freed="{to}"><span class="px-rowlabel">{len(ids)} {label}</span>' + "".join(_elide(chips, 30, 6, "blocks")) + "</div>")
+            out.append(
+                f'<div class="px-row" data-px-freed="{to}"><span class="px-rowlabel">{len(ids)} {label}</span>'
+                + "".join(_elide(chips, 30, 6, "blocks"))
+                + "</div>"
+            )
     return "".join(out)
 
 
-def eviction_html(step: Step, before: Snapshot, after: Snapshot, changed: set[int], selected: int | None = None, int_hashes: bool = True) -> str:
+def eviction_html(
+    step: Step,
+    before: Snapshot,
+    after: Snapshot,
+    changed: set[int],
+    selected: int | None = None,
+    int_hashes: bool = True,
+) -> str:
     if step.op.op == "reset":
         n = len(before.cached)
         if step.ok:
@@ -468,7 +585,11 @@ def history_html(entries: Iterable, k: int) -> str:
         rows.append(f"<tr{cls}><td>{e.step}</td><td>{_e(e.label)}</td><td>{_e(e.text)}</td></tr>")
     if not rows:
         return '<div class="px-empty">Nothing has happened to this block in this scenario.</div>'
-    return '<table class="px-table" data-px-history="1"><tr><th>step</th><th>op</th><th>what happened</th></tr>' + "".join(rows) + "</table>"
+    return (
+        '<table class="px-table" data-px-history="1"><tr><th>step</th><th>op</th><th>what happened</th></tr>'
+        + "".join(rows)
+        + "</table>"
+    )
 
 
 def hit_rate_svg(trace: Trace, k: int, width: int = 560, height: int = 170) -> str:
@@ -497,7 +618,9 @@ def hit_rate_svg(trace: Trace, k: int, width: int = 560, height: int = 170) -> s
         for v in (0, 0.5, 1)
     )
     ticks = sorted({0, n, k} | set(range(0, n + 1, max(1, n // 8 or 1))))
-    xt = "".join(f'<text x="{x(i):.1f}" y="{top + h + 16}" text-anchor="middle" font-size="13">{i}</text>' for i in ticks)
+    xt = "".join(
+        f'<text x="{x(i):.1f}" y="{top + h + 16}" text-anchor="middle" font-size="13">{i}</text>' for i in ticks
+    )
     marker = f'<line x1="{x(k):.1f}" x2="{x(k):.1f}" y1="{top}" y2="{top + h}" stroke="#D55E00" stroke-width="2"/>'
     lines = ""
     if total:

@@ -40,7 +40,9 @@ def hit_rate_by_policy(result: FleetResult) -> go.Figure:
             "<br>%{customdata[2]:,.0f} ms of prefill saved (estimate)<extra></extra>",
         )
     )
-    fig.update_layout(title="Prefix cache hit rate, whole fleet", yaxis={"tickformat": ".0%", "range": [0, 1.1]}, **_LAYOUT)
+    fig.update_layout(
+        title="Prefix cache hit rate, whole fleet", yaxis={"tickformat": ".0%", "range": [0, 1.1]}, **_LAYOUT
+    )
     return fig
 
 
@@ -89,12 +91,17 @@ def cumulative_hit_rate(result: FleetResult) -> go.Figure:
             ys.append(hits / total)
         fig.add_trace(
             go.Scatter(
-                x=xs, y=ys, mode="lines", name=run.label,
+                x=xs,
+                y=ys,
+                mode="lines",
+                name=run.label,
                 line={"color": POLICY_COLORS.get(run.policy, "#888888")},
                 hovertemplate="after %{x} requests: %{y:.1%}<extra>" + run.label + "</extra>",
             )
         )
-    fig.update_layout(title="Hit rate so far, along the stream", xaxis_title="requests", yaxis={"tickformat": ".0%"}, **_LAYOUT)
+    fig.update_layout(
+        title="Hit rate so far, along the stream", xaxis_title="requests", yaxis={"tickformat": ".0%"}, **_LAYOUT
+    )
     return fig
 
 
@@ -104,10 +111,20 @@ def prefill_time(result: FleetResult) -> go.Figure:
     labels = [r.label for r in runs]
     fig = go.Figure(
         [
-            go.Bar(name="computed", x=labels, y=[r.prefill_ms for r in runs], marker_color=OKABE_ITO["vermillion"],
-                   hovertemplate="%{x}: %{y:,.0f} ms computed<extra></extra>"),
-            go.Bar(name="saved by hits", x=labels, y=[r.saved_ms for r in runs], marker_color=OKABE_ITO["bluish_green"],
-                   hovertemplate="%{x}: %{y:,.0f} ms saved<extra></extra>"),
+            go.Bar(
+                name="computed",
+                x=labels,
+                y=[r.prefill_ms for r in runs],
+                marker_color=OKABE_ITO["vermillion"],
+                hovertemplate="%{x}: %{y:,.0f} ms computed<extra></extra>",
+            ),
+            go.Bar(
+                name="saved by hits",
+                x=labels,
+                y=[r.saved_ms for r in runs],
+                marker_color=OKABE_ITO["bluish_green"],
+                hovertemplate="%{x}: %{y:,.0f} ms saved<extra></extra>",
+            ),
         ]
     )
     fig.update_layout(title="Prefill time, whole fleet (estimate)", barmode="stack", yaxis_title="ms", **_LAYOUT)
@@ -129,15 +146,31 @@ def router_vs_engine(run: PolicyRun) -> go.Figure:
     top = max([1, *xs, *ys])
     fig = go.Figure(
         [
-            go.Scatter(x=[0, top], y=[0, top], mode="lines", line={"color": "#bbbbbb", "dash": "dot"},
-                       hoverinfo="skip", showlegend=False),
-            go.Scatter(x=xs, y=ys, mode="markers", marker={"color": colors, "size": 7, "opacity": 0.75}, text=text,
-                       hovertemplate="%{text}<br>router expected %{x:,} tokens, engine hit %{y:,}<extra></extra>",
-                       showlegend=False),
+            go.Scatter(
+                x=[0, top],
+                y=[0, top],
+                mode="lines",
+                line={"color": "#bbbbbb", "dash": "dot"},
+                hoverinfo="skip",
+                showlegend=False,
+            ),
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="markers",
+                marker={"color": colors, "size": 7, "opacity": 0.75},
+                text=text,
+                hovertemplate="%{text}<br>router expected %{x:,} tokens, engine hit %{y:,}<extra></extra>",
+                showlegend=False,
+            ),
         ]
     )
-    fig.update_layout(title=f"Router's match vs the engine's hit ({run.label})", xaxis_title="router's match (tokens)",
-                      yaxis_title="engine's hit (tokens)", **_LAYOUT)
+    fig.update_layout(
+        title=f"Router's match vs the engine's hit ({run.label})",
+        xaxis_title="router's match (tokens)",
+        yaxis_title="engine's hit (tokens)",
+        **_LAYOUT,
+    )
     return fig
 
 
@@ -152,8 +185,10 @@ def subscriber_view(run: PolicyRun) -> go.Figure:
         ("cached blocks missing from view", [i.missing for i in run.instances], OKABE_ITO["reddish_purple"]),
     ]
     fig = go.Figure(
-        [go.Bar(name=n, x=names, y=v, marker_color=c, hovertemplate="%{x}: %{y:,}<extra>" + n + "</extra>")
-         for n, v, c in series]
+        [
+            go.Bar(name=n, x=names, y=v, marker_color=c, hovertemplate="%{x}: %{y:,}<extra>" + n + "</extra>")
+            for n, v, c in series
+        ]
     )
     fig.update_layout(title=f"The router's event view ({run.label})", barmode="group", **_LAYOUT)
     return fig

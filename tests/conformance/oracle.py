@@ -59,19 +59,12 @@ class VllmOracle:
 
     def _start(self) -> None:
         if not self.python.exists():
-            shown = (
-                self.python.relative_to(REPO_ROOT)
-                if self.python.is_relative_to(REPO_ROOT)
-                else self.python
-            )
-            raise VllmOracleError(
-                f"vLLM oracle not installed: {shown} not found; "
-                f"install it with `{SETUP_HINT}`"
-            )
+            shown = self.python.relative_to(REPO_ROOT) if self.python.is_relative_to(REPO_ROOT) else self.python
+            raise VllmOracleError(f"vLLM oracle not installed: {shown} not found; install it with `{SETUP_HINT}`")
         env = dict(os.environ)
         env.pop("PYTHONHASHSEED", None)
         env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-        self._stderr = tempfile.TemporaryFile(mode="w+b")
+        self._stderr = tempfile.TemporaryFile(mode="w+b")  # noqa: SIM115 (lives as long as the child process)
         self._proc = subprocess.Popen(
             [str(self.python), str(DRIVER)],
             cwd=str(REPO_ROOT),
@@ -127,7 +120,7 @@ class VllmOracle:
             self._stderr.close()
             self._stderr = None
 
-    def __enter__(self) -> "VllmOracle":
+    def __enter__(self) -> VllmOracle:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -110,12 +110,22 @@ def check_shape(result, ops):
         assert ("new_block_ids" in step) == (o["op"] in ("admit", "decode", "generate"))
     final = result["final"]
     assert set(final) == {
-        "free_queue", "blocks", "cached", "requests", "stats", "reset_ok",
-        "none_hash", "hash_seed",
+        "free_queue",
+        "blocks",
+        "cached",
+        "requests",
+        "stats",
+        "reset_ok",
+        "none_hash",
+        "hash_seed",
     }
     assert set(final["stats"]) == {
-        "requests", "queries", "hits",
-        "preempted_requests", "preempted_queries", "preempted_hits",
+        "requests",
+        "queries",
+        "hits",
+        "preempted_requests",
+        "preempted_queries",
+        "preempted_hits",
     }
     # free queue + in-use blocks = every real block
     blocks = final["blocks"]
@@ -127,21 +137,24 @@ def check_shape(result, ops):
 # ---- the demo's walk through vLLM ---------------------------------------------
 
 DEMO_OPS = [
-    arrive("A", A), admit("A"), op("finish", "A"),            # 0-2
-    arrive("B", B), admit("B"), op("finish", "B"),            # 3-5
-    arrive("P", P), admit("P"),                               # 6-7
-    reset(),                                                  # 8: refused
-    op("finish", "P"), reset(),                               # 9-10
+    arrive("A", A),
+    admit("A"),
+    op("finish", "A"),  # 0-2
+    arrive("B", B),
+    admit("B"),
+    op("finish", "B"),  # 3-5
+    arrive("P", P),
+    admit("P"),  # 6-7
+    reset(),  # 8: refused
+    op("finish", "P"),
+    reset(),  # 9-10
 ]
 
 
 @pytest.fixture(scope="module")
 def demo(vllm_oracle):
     """Replay every prefix of the demo, to read the state after each op."""
-    return {
-        k: vllm_oracle.replay({"engine": engine(), "ops": DEMO_OPS[:k]})
-        for k in (2, 3, 5, len(DEMO_OPS))
-    }
+    return {k: vllm_oracle.replay({"engine": engine(), "ops": DEMO_OPS[:k]}) for k in (2, 3, 5, len(DEMO_OPS))}
 
 
 def test_request_a_allocates_and_stores(demo):
@@ -206,8 +219,12 @@ def test_request_b_hits_32(demo):
     assert ev["parent_block_hash"] == ext(ha[1])  # chained to the hit
     assert ev["token_ids"] == B[32:48]
     assert demo[5]["final"]["stats"] == {
-        "requests": 2, "queries": 102, "hits": 32,
-        "preempted_requests": 0, "preempted_queries": 0, "preempted_hits": 0,
+        "requests": 2,
+        "queries": 102,
+        "hits": 32,
+        "preempted_requests": 0,
+        "preempted_queries": 0,
+        "preempted_hits": 0,
     }
 
 
@@ -249,8 +266,12 @@ def test_block_aligned_prompt_hit_is_capped(vllm_oracle):
     step = result["steps"][-1]
     assert step["hit_tokens"] == 32  # num_tokens - 1 = 47, floored to a block
     assert result["final"]["stats"] == {
-        "requests": 3, "queries": 150, "hits": 64,
-        "preempted_requests": 0, "preempted_queries": 0, "preempted_hits": 0,
+        "requests": 3,
+        "queries": 150,
+        "hits": 64,
+        "preempted_requests": 0,
+        "preempted_queries": 0,
+        "preempted_hits": 0,
     }
     # tokens 32..47 are recomputed into a fresh block (5, the free queue's
     # unhashed head) and cached again: a duplicate key, one more BlockStored
@@ -269,12 +290,12 @@ def test_chunks_generate_preempt_and_running_reset(vllm_oracle):
     gen = list(range(7000, 7016))
     ops = [
         arrive("A", A),
-        admit("A", tokens=20),          # 1: first chunk
-        admit("A"),                     # 2: the rest, no lookup
+        admit("A", tokens=20),  # 1: first chunk
+        admit("A"),  # 2: the rest, no lookup
         op("generate", "A", tokens=gen),  # 3: 16 tokens, last one pending
-        op("preempt", "A"),             # 4
-        admit("A"),                     # 5: resumed: lookup over prompt + output
-        reset(running=True),            # 6
+        op("preempt", "A"),  # 4
+        admit("A"),  # 5: resumed: lookup over prompt + output
+        reset(running=True),  # 6
     ]
     result = vllm_oracle.replay({"engine": engine(), "ops": ops})
     check_shape(result, ops)
@@ -300,12 +321,14 @@ def test_chunks_generate_preempt_and_running_reset(vllm_oracle):
     assert steps[6]["ok"] and steps[6]["events"] == [{"type": "AllBlocksCleared"}]
     final = result["final"]
     assert final["reset_ok"] == [True]
-    assert final["requests"] == {
-        "A": {"block_ids": [], "num_computed_tokens": 0, "block_hashes": [x.hex() for x in h]}
-    }
+    assert final["requests"] == {"A": {"block_ids": [], "num_computed_tokens": 0, "block_hashes": [x.hex() for x in h]}}
     assert final["stats"] == {
-        "requests": 1, "queries": 50, "hits": 0,
-        "preempted_requests": 1, "preempted_queries": 66, "preempted_hits": 64,
+        "requests": 1,
+        "queries": 50,
+        "hits": 0,
+        "preempted_requests": 1,
+        "preempted_queries": 66,
+        "preempted_hits": 64,
     }
 
 
@@ -313,9 +336,7 @@ def test_failed_allocation_changes_nothing(vllm_oracle):
     ops = [arrive("A", list(range(64))), admit("A")]
     result = vllm_oracle.replay({"engine": engine(num_blocks=4), "ops": ops})
     step = result["steps"][1]
-    assert (step["ok"], step["hit_tokens"], step["new_block_ids"], step["events"]) == (
-        False, 0, [], []
-    )
+    assert (step["ok"], step["hit_tokens"], step["new_block_ids"], step["events"]) == (False, 0, [], [])
     final = result["final"]
     assert final["free_queue"] == [1, 2, 3]
     assert final["requests"]["A"]["num_computed_tokens"] == 0
@@ -329,9 +350,7 @@ def test_failed_allocation_changes_nothing(vllm_oracle):
 def test_hash_algorithms_match_the_spec(vllm_oracle, algo):
     seed = "0" if algo.startswith("xxhash") else "vllm-none-hash"
     ops = [arrive("A", A), admit("A")]
-    result = vllm_oracle.replay(
-        {"engine": engine(hash_algo=algo, hash_seed=seed, int_block_hashes=False), "ops": ops}
-    )
+    result = vllm_oracle.replay({"engine": engine(hash_algo=algo, hash_seed=seed, int_block_hashes=False), "ops": ops})
     final = result["final"]
     assert final["hash_seed"] == seed
     assert final["none_hash"] == HASH_FNS[algo](seed).hex()
@@ -344,9 +363,7 @@ def test_hash_algorithms_match_the_spec(vllm_oracle, algo):
 def test_xxhash_seed_vector(vllm_oracle):
     # spec test vector: xxhash NONE_HASH with PYTHONHASHSEED=0
     ops = [arrive("A", A), admit("A"), op("finish", "A"), arrive("B", B), admit("B")]
-    result = vllm_oracle.replay(
-        {"engine": engine(hash_algo="xxhash", hash_seed="0"), "ops": ops}
-    )
+    result = vllm_oracle.replay({"engine": engine(hash_algo="xxhash", hash_seed="0"), "ops": ops})
     assert result["final"]["none_hash"] == "6fb31cc38bba6066183f7f2104b9c051"
     assert result["steps"][4]["hit_tokens"] == 32
     assert all(len(k) == 32 for k in result["final"]["cached"])  # 16-byte digests
@@ -383,9 +400,7 @@ def test_lora_mm_salt_and_prompt_logprobs(vllm_oracle):
     assert (ev["lora_id"], ev["lora_name"]) == (1, "sql")
     # event extra keys: tags and the LoRA path dropped, mm as (id, offset)
     assert ev["extra_keys"] == [["sql", ["img-1", 5], "s1"], ["sql", ["img-1", -11]]]
-    assert (steps[3]["ok"], steps[3]["hit_tokens"], steps[3]["new_block_ids"]) == (
-        True, 0, [4, 5, 6]
-    )
+    assert (steps[3]["ok"], steps[3]["hit_tokens"], steps[3]["new_block_ids"]) == (True, 0, [4, 5, 6])
     # B still writes: its blocks are cached again under the same keys
     assert steps[3]["events"][0]["block_hashes"] == [ext(x) for x in h]
     final = result["final"]
@@ -401,9 +416,7 @@ def test_lora_mm_salt_and_prompt_logprobs(vllm_oracle):
 
 def test_caching_off(vllm_oracle):
     ops = [arrive("A", A), admit("A"), op("finish", "A"), arrive("B", A), admit("B")]
-    result = vllm_oracle.replay(
-        {"engine": engine(enable_prefix_caching=False, hash_seed=None), "ops": ops}
-    )
+    result = vllm_oracle.replay({"engine": engine(enable_prefix_caching=False, hash_seed=None), "ops": ops})
     check_shape(result, ops)
     final = result["final"]
     assert (final["none_hash"], final["hash_seed"], final["cached"]) == (None, None, {})

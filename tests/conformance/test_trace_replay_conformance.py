@@ -26,14 +26,26 @@ SCRIPT = REPO / "scripts" / "vllm_replay_trace.py"
 pytestmark = pytest.mark.conformance
 
 
-def vllm_replay(trace: Path, block_size: int, num_blocks: int, limit: int | None, outputs: bool, hashing: str = "plain") -> dict:
+def vllm_replay(
+    trace: Path, block_size: int, num_blocks: int, limit: int | None, outputs: bool, hashing: str = "plain"
+) -> dict:
     if not VLLM_PYTHON.exists():
         pytest.fail(
             "vLLM oracle not installed: .venv-vllm/bin/python not found; "
             "install it with `bash tests/conformance/setup_vllm.sh`"
         )
-    cmd = [str(VLLM_PYTHON), str(SCRIPT), str(trace), "--block-size", str(block_size),
-           "--num-blocks", str(num_blocks), "--hashing", hashing, "--per-request"]
+    cmd = [
+        str(VLLM_PYTHON),
+        str(SCRIPT),
+        str(trace),
+        "--block-size",
+        str(block_size),
+        "--num-blocks",
+        str(num_blocks),
+        "--hashing",
+        hashing,
+        "--per-request",
+    ]
     if limit:
         cmd += ["--limit", str(limit)]
     if outputs:
@@ -46,7 +58,9 @@ def vllm_replay(trace: Path, block_size: int, num_blocks: int, limit: int | None
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def ours(trace: Path, block_size: int, num_blocks: int, limit: int | None, outputs: bool, capsys) -> tuple[dict, list[int]]:
+def ours(
+    trace: Path, block_size: int, num_blocks: int, limit: int | None, outputs: bool, capsys
+) -> tuple[dict, list[int]]:
     argv = ["replay", str(trace), "--block-size", str(block_size), "--num-blocks", str(num_blocks), "--json"]
     if limit:
         argv += ["--limit", str(limit)]
@@ -87,7 +101,9 @@ def _shared_trace(path: Path, n: int = 80, seed: int = 1) -> Path:
         if rng.random() < 0.3:
             chains.append(ids)
         n_tok = rng.randint(512 * (len(ids) - 1) + 1, 512 * len(ids))
-        lines.append(json.dumps({"timestamp": k, "input_length": n_tok, "output_length": rng.randint(0, 60), "hash_ids": ids}))
+        lines.append(
+            json.dumps({"timestamp": k, "input_length": n_tok, "output_length": rng.randint(0, 60), "hash_ids": ids})
+        )
     path.write_text("\n".join(lines) + "\n")
     return path
 

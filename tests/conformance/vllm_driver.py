@@ -35,7 +35,6 @@ os.environ.pop("PYTHONHASHSEED", None)
 
 import msgspec  # noqa: E402
 import torch  # noqa: E402
-
 import vllm.envs as vllm_envs  # noqa: E402
 import vllm.v1.core.kv_cache_utils as kcu  # noqa: E402
 from vllm.lora.request import LoRARequest  # noqa: E402
@@ -77,9 +76,7 @@ def _jsonable(value):
 def _encode_events(events) -> list:
     # Exactly what a subscriber decoding vLLM's msgpack sees: a map led by
     # "type", fields at their default left out.
-    return [
-        _jsonable(msgspec.msgpack.decode(msgspec.msgpack.encode(ev))) for ev in events
-    ]
+    return [_jsonable(msgspec.msgpack.decode(msgspec.msgpack.encode(ev))) for ev in events]
 
 
 def _block_ids(kv_blocks) -> list[int]:
@@ -98,16 +95,12 @@ class Replay:
         self.events_on = bool(eng["events"])
 
         # Environment as vLLM reads it, per scenario.
-        os.environ["VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES"] = (
-            "1" if eng["int_block_hashes"] else "0"
-        )
+        os.environ["VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES"] = "1" if eng["int_block_hashes"] else "0"
         # vllm.envs reads lazily on every access unless enable_envs_cache()
         # wrapped its __getattr__ in functools.cache; undo that if it happened.
         if getattr(vllm_envs, "_is_envs_cache_enabled", lambda: False)():
             vllm_envs.disable_envs_cache()
-        assert vllm_envs.VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES == bool(
-            eng["int_block_hashes"]
-        )
+        assert bool(eng["int_block_hashes"]) == vllm_envs.VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES
 
         self.hasher = None
         if self.caching:
@@ -184,9 +177,7 @@ class Replay:
                 data=None,
                 modality="image",
                 identifier=item["id"],
-                mm_position=PlaceholderRange(
-                    offset=int(item["offset"]), length=int(item["length"])
-                ),
+                mm_position=PlaceholderRange(offset=int(item["offset"]), length=int(item["length"])),
             )
             for item in (op.get("mm") or [])
         ]
@@ -280,10 +271,9 @@ class Replay:
         self._check_running(req)
         step["new_block_ids"] = []
         for tok in op["tokens"]:
-            if req.num_tokens > req.num_computed_tokens:
-                if not self._allocate_pending(req, step):
-                    step["ok"] = False
-                    return
+            if req.num_tokens > req.num_computed_tokens and not self._allocate_pending(req, step):
+                step["ok"] = False
+                return
             req.append_output_token_ids(int(tok))
 
     def op_finish(self, op: dict, step: dict) -> None:
@@ -333,9 +323,7 @@ class Replay:
             except ScenarioError as exc:
                 raise ScenarioError(f"step {index} ({name}): {exc}") from None
             except Exception as exc:
-                raise ScenarioError(
-                    f"step {index} ({name}): vLLM raised {type(exc).__name__}: {exc}"
-                ) from exc
+                raise ScenarioError(f"step {index} ({name}): vLLM raised {type(exc).__name__}: {exc}") from exc
             taken.append(self.mgr.take_events())
             self.steps.append(step)
         self.replay_seconds = time.perf_counter() - start
@@ -349,18 +337,12 @@ class Replay:
 
         cached: dict[str, list[int]] = {}
         for key, value in self.pool.cached_block_hash_to_block._cache.items():
-            ids = (
-                [blk.block_id for blk in value.values()]
-                if isinstance(value, dict)
-                else [value.block_id]
-            )
+            ids = [blk.block_id for blk in value.values()] if isinstance(value, dict) else [value.block_id]
             cached.setdefault(digest_hex(key), []).extend(ids)
 
         stats = self.mgr.prefix_cache_stats  # never reset by make_*: totals
         return {
-            "free_queue": [
-                blk.block_id for blk in self.pool.free_block_queue.get_all_free_blocks()
-            ],
+            "free_queue": [blk.block_id for blk in self.pool.free_block_queue.get_all_free_blocks()],
             "blocks": [
                 {
                     "id": blk.block_id,

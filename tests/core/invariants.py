@@ -31,9 +31,7 @@ def _free_queue_walk(manager: KVCacheManager) -> list[KVCacheBlock]:
     limit = len(manager.block_pool.blocks) + 1
     while curr is not tail:
         assert curr is not None, f"free queue broken after block {prev.block_id}: next is None"
-        assert curr.prev_free_block is prev, (
-            f"free queue: block {curr.block_id}.prev is not block {prev.block_id}"
-        )
+        assert curr.prev_free_block is prev, f"free queue: block {curr.block_id}.prev is not block {prev.block_id}"
         out.append(curr)
         assert len(out) <= limit, "free queue has a cycle"
         prev, curr = curr, curr.next_free_block
@@ -98,7 +96,7 @@ def check_invariants(manager: KVCacheManager, requests: Iterable[Request] = ()) 
             assert b.block_id not in in_map, f"block {b.block_id} is in the map twice"
             in_map[b.block_id] = key
     raw = pool.cached_block_hash_to_block._cache
-    for key, entry in raw.items():
+    for entry in raw.values():
         if isinstance(entry, dict):
             for bid, b in entry.items():
                 assert bid == b.block_id, f"map dict id {bid} holds block {b.block_id}"

@@ -284,7 +284,10 @@ def test_rule_22_popping_a_cached_block_evicts_it_with_one_block_removed(hasher)
     assert len(pool.cached_block_hash_to_block) == 0
     ev = pool.take_events()
     assert all(isinstance(e, BlockRemoved) for e in ev)
-    assert [e.block_hashes for e in ev] == [[external_block_hash(r.block_hashes[1])], [external_block_hash(r.block_hashes[0])]]
+    assert [e.block_hashes for e in ev] == [
+        [external_block_hash(r.block_hashes[1])],
+        [external_block_hash(r.block_hashes[0])],
+    ]
     assert all(e.medium == "GPU" and e.group_idx == 2 for e in ev)
 
 

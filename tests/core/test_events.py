@@ -62,7 +62,7 @@ def test_rule_42_all_blocks_cleared_batch_wire_bytes():
     """Rule 42 [verified]: KVEventBatch(ts=1.5, events=[AllBlocksCleared()], data_parallel_rank=0)
     encodes as 93 cb3ff8000000000000 91 81 a4"type" b0"AllBlocksCleared" 00."""
     wire = encode_batch(KVEventBatch(1.5, [AllBlocksCleared()], 0))
-    expect = bytes.fromhex("93cb3ff8000000000000" "91" "81") + b"\xa4type" + b"\xb0AllBlocksCleared" + b"\x00"
+    expect = bytes.fromhex("93cb3ff80000000000009181") + b"\xa4type" + b"\xb0AllBlocksCleared" + b"\x00"
     assert wire == expect
     assert wire.hex().startswith("93cb3ff8")
     assert msgspec.msgpack.decode(wire) == [1.5, [{"type": "AllBlocksCleared"}], 0]
@@ -81,7 +81,15 @@ def test_rule_42_block_stored_map_key_order_and_omitted_defaults():
     ev = BlockStored([1, 2], None, [0] * 32, 16, None, "GPU", None, group_idx=0)
     m = event_to_map(ev)
     assert list(m) == [
-        "type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name", "group_idx",
+        "type",
+        "block_hashes",
+        "parent_block_hash",
+        "token_ids",
+        "block_size",
+        "lora_id",
+        "medium",
+        "lora_name",
+        "group_idx",
     ]
     assert m["type"] == "BlockStored" and m["parent_block_hash"] is None and m["lora_id"] is None
     full = BlockStored([1], 9, [0] * 16, 16, 3, "GPU", "l", [("l",)], 0, "full_attention", None, None, None, "sess")
@@ -95,7 +103,9 @@ def test_rule_42_bytes_equal_msgspec_structs_bytes():
     ours = KVEventBatch(
         3.25,
         [
-            BlockStored([1, 2**64 - 1], 5, [1, 2, 3], 16, 1, "GPU", "l", [("l", ("img", -2)), None], 0, "full_attention"),
+            BlockStored(
+                [1, 2**64 - 1], 5, [1, 2, 3], 16, 1, "GPU", "l", [("l", ("img", -2)), None], 0, "full_attention"
+            ),
             BlockRemoved([2**63], "GPU", 0),
             AllBlocksCleared(),
         ],
@@ -104,7 +114,9 @@ def test_rule_42_bytes_equal_msgspec_structs_bytes():
     theirs = WireBatch(
         3.25,
         [
-            WireBlockStored([1, 2**64 - 1], 5, [1, 2, 3], 16, 1, "GPU", "l", [["l", ["img", -2]], None], 0, "full_attention"),
+            WireBlockStored(
+                [1, 2**64 - 1], 5, [1, 2, 3], 16, 1, "GPU", "l", [["l", ["img", -2]], None], 0, "full_attention"
+            ),
             WireBlockRemoved([2**63], "GPU", 0),
             WireAllBlocksCleared(),
         ],
@@ -119,8 +131,13 @@ def test_rule_42_encode_then_msgspec_decode_round_trip():
     from explorer.core.request import LoRARequest, MultiModalFeature
 
     s = Sched(4)
-    r = s.request("r", list(range(40)), lora_request=LoRARequest("l", 2, "p"), cache_salt="s",
-                  mm_features=[MultiModalFeature("img", 10, 10)])
+    r = s.request(
+        "r",
+        list(range(40)),
+        lora_request=LoRARequest("l", 2, "p"),
+        cache_salt="s",
+        mm_features=[MultiModalFeature("img", 10, 10)],
+    )
     s.admit(r)
     s.finish(r)
     s.admit(s.request("x", list(range(100, 148))))
@@ -156,7 +173,11 @@ def test_rule_42_plain_request_extra_keys_are_a_list_of_none():
 
 def test_rule_42_decode_rejects_malformed_payloads():
     """Rule 42: the subscriber's decoder refuses bytes that are not a batch, with ValueError."""
-    for bad in (b"\xc1", msgspec.msgpack.encode({"a": 1}), msgspec.msgpack.encode(["x", []]),
-                msgspec.msgpack.encode([1.0, [{"type": "Nope"}]])):
+    for bad in (
+        b"\xc1",
+        msgspec.msgpack.encode({"a": 1}),
+        msgspec.msgpack.encode(["x", []]),
+        msgspec.msgpack.encode([1.0, [{"type": "Nope"}]]),
+    ):
         with pytest.raises(ValueError):
             decode_payload(bad)

@@ -125,7 +125,12 @@ def test_rule_16_there_is_no_single_block_prepend():
 
 
 @settings(max_examples=200, deadline=None)
-@given(ops=st.lists(st.tuples(st.sampled_from(["pop", "popn", "remove", "append", "appendn", "prependn"]), st.integers(0, 7)), max_size=40))
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["pop", "popn", "remove", "append", "appendn", "prependn"]), st.integers(0, 7)),
+        max_size=40,
+    )
+)
 def test_rule_16_queue_matches_a_list_model(ops):
     """Rule 16: every operation keeps the linked list equal to a plain list model, head to tail."""
     blocks, q = make(8)

@@ -84,7 +84,19 @@ def test_vector_pickle_bytes():
     """Further vectors: pickle of (NONE_HASH_sha256, (0,1,300), None), BININT1/BININT2, MEMOIZE."""
     none = init_none_hash("sha256").none_hash
     expect = bytes.fromhex(
-        "8005953000000000000000" + "4320" + none.hex() + "94" + "4b00" + "4b01" + "4d2c01" + "87" + "94" + "4e" + "87" + "94" + "2e"
+        "8005953000000000000000"
+        + "4320"
+        + none.hex()
+        + "94"
+        + "4b00"
+        + "4b01"
+        + "4d2c01"
+        + "87"
+        + "94"
+        + "4e"
+        + "87"
+        + "94"
+        + "2e"
     )
     assert pickle.dumps((none, (0, 1, 300), None), protocol=pickle.HIGHEST_PROTOCOL) == expect
     assert hashing.sha256((none, (0, 1, 300), None)) == hashlib.sha256(expect).digest()
@@ -121,7 +133,7 @@ def test_rule_2_sha256_cbor_is_sha256_of_canonical_cbor():
     bytes a byte string, None 0xf6, str a text string."""
     obj = (b"\x01\x02", (5,), None, "s")
     data = cbor2.dumps(obj, canonical=True)
-    assert data == bytes.fromhex("84" "420102" "8105" "f6" "6173")
+    assert data == bytes.fromhex("844201028105f66173")
     assert hashing.sha256_cbor(obj) == hashlib.sha256(data).digest()
     assert len(hashing.sha256_cbor(obj)) == 32
 

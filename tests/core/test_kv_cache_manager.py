@@ -85,7 +85,11 @@ def test_demo_scenario_and_eviction_order_a2_b2_a1():
     ev = s.mgr.take_events()
     mirror.apply(ev)
     removed = [e for e in ev if isinstance(e, BlockRemoved)]
-    assert [r.block_hashes[0] for r in removed] == [ext(a.block_hashes[2]), ext(b.block_hashes[2]), ext(a.block_hashes[1])]
+    assert [r.block_hashes[0] for r in removed] == [
+        ext(a.block_hashes[2]),
+        ext(b.block_hashes[2]),
+        ext(a.block_hashes[1]),
+    ]
     assert all(r.medium == "GPU" and r.group_idx == 0 for r in removed)
     assert isinstance(ev[-1], BlockStored)
     assert s.free_ids() == [1] and s.pool.blocks[1].block_hash is not None

@@ -17,8 +17,16 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 SHOTS = REPO / "test-output" / "e2e"
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 
@@ -33,13 +41,30 @@ def _free_port() -> int:
 def px_app_url():
     """The app under `streamlit run`, started once per test session."""
     port = _free_port()
-    log = (REPO / "test-output")
+    log = REPO / "test-output"
     log.mkdir(exist_ok=True)
-    out = open(log / "e2e-streamlit.log", "wb")
+    out = open(log / "e2e-streamlit.log", "wb")  # noqa: SIM115 (lives as long as the child process)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.fileWatcherType", "none",
-         "--browser.gatherUsageStats", "false", "--server.address", "127.0.0.1", "--server.port", str(port)],
-        cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            "app.py",
+            "--server.headless",
+            "true",
+            "--server.fileWatcherType",
+            "none",
+            "--browser.gatherUsageStats",
+            "false",
+            "--server.address",
+            "127.0.0.1",
+            "--server.port",
+            str(port),
+        ],
+        cwd=REPO,
+        stdout=out,
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
@@ -67,6 +92,7 @@ def px_app_url():
 @pytest.fixture(scope="session")
 def px_browser():
     from playwright import sync_api
+
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (scripts/setup_test_env.sh does)")
     with sync_api.sync_playwright() as p:

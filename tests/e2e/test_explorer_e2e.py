@@ -4,6 +4,7 @@ that two browser sessions do not see each other's state."""
 
 from __future__ import annotations
 
+import pathlib
 import re
 import tomllib
 
@@ -192,7 +193,7 @@ def test_download_the_session_as_a_scenario(px_page, px_app_url):
     _sidebar_section(page, "px_x_files")
     with page.expect_download() as dl:
         page.get_by_test_id("stSidebar").get_by_text("Download the session as a scenario (TOML)").click()
-    text = open(dl.value.path(), encoding="utf-8").read()
+    text = pathlib.Path(dl.value.path()).read_text(encoding="utf-8")
     tomllib.loads(text)
     again = replay(parse_scenario_text(text, "session.toml"))
     assert again.to_json() == replay(load_scenario(LESSON)).to_json()

@@ -19,8 +19,12 @@ ROOT = Path(__file__).resolve().parents[2]
 def explorer(*args, **kw):
     return subprocess.Popen(
         [sys.executable, "-m", "explorer", *args],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)}, **kw,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        **kw,
     )
 
 
@@ -30,7 +34,7 @@ def finish(proc, timeout=30):
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()
-        raise AssertionError(f"process hung; stderr: {err}")
+        raise AssertionError(f"process hung; stderr: {err}") from None
     return proc.returncode, out, err
 
 
@@ -39,12 +43,32 @@ def test_publish_to_listen_round_trip(tmp_path):
     expected = scenario_events_json(scenario)
     assert len(expected) == 4
     port, rport = free_port(), free_port()
-    listener = explorer("listen", "--bind", "--endpoint", f"tcp://{LOOPBACK}:{port}",
-                        "--replay-endpoint", f"tcp://{LOOPBACK}:{rport}", "--json",
-                        "--max-batches", str(len(expected)), "--timeout", "8")
+    listener = explorer(
+        "listen",
+        "--bind",
+        "--endpoint",
+        f"tcp://{LOOPBACK}:{port}",
+        "--replay-endpoint",
+        f"tcp://{LOOPBACK}:{rport}",
+        "--json",
+        "--max-batches",
+        str(len(expected)),
+        "--timeout",
+        "8",
+    )
     time.sleep(0.5)
-    publisher = explorer("publish", str(scenario), "--endpoint", f"tcp://{LOOPBACK}:{port}",
-                         "--replay-endpoint", f"tcp://{LOOPBACK}:{rport}", "--wait", "1", "--hold", "2")
+    publisher = explorer(
+        "publish",
+        str(scenario),
+        "--endpoint",
+        f"tcp://{LOOPBACK}:{port}",
+        "--replay-endpoint",
+        f"tcp://{LOOPBACK}:{rport}",
+        "--wait",
+        "1",
+        "--hold",
+        "2",
+    )
     rc, out, err = finish(listener)
     prc, pout, perr = finish(publisher)
     assert rc == 0, err
@@ -56,8 +80,14 @@ def test_publish_to_listen_round_trip(tmp_path):
     assert all(b["data_parallel_rank"] == 0 and isinstance(b["ts"], float) for b in batches)
     assert all(set(b) == {"seq", "ts", "events", "data_parallel_rank"} for b in batches)
     assert summary["batches"] == 4
-    assert summary | {"replayed": 0} == {"batches": 4, "gaps": 0, "replayed": 0, "lost": 0,
-                                        "malformed": 0, "restarts": 0}
+    assert summary | {"replayed": 0} == {
+        "batches": 4,
+        "gaps": 0,
+        "replayed": 0,
+        "lost": 0,
+        "malformed": 0,
+        "restarts": 0,
+    }
     published = json.loads(pout)
     assert published["batches"] == 4 and published["replay_endpoint"] == f"tcp://{LOOPBACK}:{rport}"
 
@@ -67,9 +97,19 @@ def test_late_listener_recovers_the_first_batches_by_replay():
     with KVEventPublisher(f"tcp://{LOOPBACK}:{port}", f"tcp://{LOOPBACK}:{rport}") as pub:
         for i in range(3):  # nobody listens yet: these are dropped
             pub.publish(KVEventBatch(float(i), [stored(i)]))
-        listener = explorer("listen", "--bind", "--endpoint", f"tcp://{LOOPBACK}:{port}",
-                            "--replay-endpoint", f"tcp://{LOOPBACK}:{rport}", "--json",
-                            "--max-batches", "6", "--timeout", "5")
+        listener = explorer(
+            "listen",
+            "--bind",
+            "--endpoint",
+            f"tcp://{LOOPBACK}:{port}",
+            "--replay-endpoint",
+            f"tcp://{LOOPBACK}:{rport}",
+            "--json",
+            "--max-batches",
+            "6",
+            "--timeout",
+            "5",
+        )
         try:
             end = time.monotonic() + 20
             i = 3
@@ -89,17 +129,18 @@ def test_late_listener_recovers_the_first_batches_by_replay():
 
 def test_listen_on_a_dead_endpoint_times_out_cleanly():
     t0 = time.monotonic()
-    rc, out, err = finish(explorer("listen", "--endpoint", f"tcp://{LOOPBACK}:{free_port()}",
-                                   "--timeout", "0.5", "--json"))
+    rc, out, err = finish(
+        explorer("listen", "--endpoint", f"tcp://{LOOPBACK}:{free_port()}", "--timeout", "0.5", "--json")
+    )
     assert rc == 0, err
-    assert json.loads(out) == {"summary": {"batches": 0, "gaps": 0, "replayed": 0, "lost": 0,
-                                           "malformed": 0, "restarts": 0}}
+    assert json.loads(out) == {
+        "summary": {"batches": 0, "gaps": 0, "replayed": 0, "lost": 0, "malformed": 0, "restarts": 0}
+    }
     assert time.monotonic() - t0 < 15
 
 
 def test_listen_text_output():
-    rc, out, err = finish(explorer("listen", "--endpoint", f"tcp://{LOOPBACK}:{free_port()}",
-                                   "--timeout", "0.2"))
+    rc, out, err = finish(explorer("listen", "--endpoint", f"tcp://{LOOPBACK}:{free_port()}", "--timeout", "0.2"))
     assert rc == 0 and out.startswith("summary: batches 0")
 
 
@@ -110,8 +151,14 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
         ("listen", "--endpoint", f"tcp://{LOOPBACK}:1", "--replay-endpoint", "udp://x:1"),
         ("publish", str(tmp_path / "missing.toml"), "--endpoint", f"tcp://{LOOPBACK}:1"),
         ("publish", str(scenario_file(tmp_path)), "--endpoint", "tcp://nohost"),
-        ("publish", str(scenario_file(tmp_path)), "--endpoint", f"tcp://{LOOPBACK}:{free_port()}",
-         "--replay-endpoint", "ipc://"),
+        (
+            "publish",
+            str(scenario_file(tmp_path)),
+            "--endpoint",
+            f"tcp://{LOOPBACK}:{free_port()}",
+            "--replay-endpoint",
+            "ipc://",
+        ),
     ]
     procs = [explorer(*c) for c in cases]
     for c, p in zip(cases, procs):

@@ -54,8 +54,19 @@ def test_bind_or_connect(endpoint, binds):
 
 @pytest.mark.parametrize(
     "endpoint",
-    ["", "  ", "127.0.0.1:5557", "http://x:1", "tcp://", "tcp://host", "tcp://:5557", "tcp://h:99999",
-     "tcp://h:x", "tcp://h :1", "ipc://"],
+    [
+        "",
+        "  ",
+        "127.0.0.1:5557",
+        "http://x:1",
+        "tcp://",
+        "tcp://host",
+        "tcp://:5557",
+        "tcp://h:99999",
+        "tcp://h:x",
+        "tcp://h :1",
+        "ipc://",
+    ],
 )
 def test_bad_endpoints_are_bad_input(endpoint):
     with pytest.raises(BadInput):

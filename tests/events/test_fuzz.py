@@ -23,8 +23,9 @@ events = st.one_of(
     st.builds(lambda hs: removed(*hs), st.lists(hashes, min_size=1, max_size=3)),
     st.just(cleared()),
 )
-good_payloads = st.builds(lambda evs, ts: encode_batch(KVEventBatch(ts, evs, 0)),
-                          st.lists(events, max_size=4), st.floats(0, 1e10))
+good_payloads = st.builds(
+    lambda evs, ts: encode_batch(KVEventBatch(ts, evs, 0)), st.lists(events, max_size=4), st.floats(0, 1e10)
+)
 SEQ0 = (0).to_bytes(8, "big")
 
 
@@ -61,8 +62,14 @@ def test_random_payload_bytes_never_raise(payload):
 
 
 msgpack_values = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**64 - 1), st.floats(), st.text(max_size=8),
-              st.binary(max_size=8)),
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**63), 2**64 - 1),
+        st.floats(),
+        st.text(max_size=8),
+        st.binary(max_size=8),
+    ),
     lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=12), inner, max_size=4)),
     max_leaves=20,
 )
@@ -118,8 +125,11 @@ def test_trailing_bytes_are_counted(payload, tail):
 
 
 @FUZZ
-@given(st.sampled_from([b"\xdd", b"\xdf", b"\xc6", b"\xdb", b"\xc9\x00"]), st.integers(2**20, 2**32 - 1),
-       st.binary(max_size=32))
+@given(
+    st.sampled_from([b"\xdd", b"\xdf", b"\xc6", b"\xdb", b"\xc9\x00"]),
+    st.integers(2**20, 2**32 - 1),
+    st.binary(max_size=32),
+)
 def test_absurd_length_headers_are_counted(header, length, rest):
     # array32 / map32 / bin32 / str32 / ext32 claiming up to 4 GiB with a few bytes behind
     payload = b"\x93\x00" + header + struct.pack(">I", length) + rest
@@ -138,29 +148,55 @@ ints = st.integers(-(2**63), 2**64 - 1)  # what msgpack can carry
 
 
 def _stored_map(**over):
-    m = {"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None, "token_ids": [1, 2],
-         "block_size": 2, "lora_id": None, "medium": "GPU", "lora_name": None}
+    m = {
+        "type": "BlockStored",
+        "block_hashes": [1],
+        "parent_block_hash": None,
+        "token_ids": [1, 2],
+        "block_size": 2,
+        "lora_id": None,
+        "medium": "GPU",
+        "lora_name": None,
+    }
     m.update(over)
     return {k: v for k, v in m.items() if v is not ...}
 
 
 wrong_fields = st.one_of(
-    st.builds(lambda v: _stored_map(block_hashes=v), st.one_of(
-        ints, st.text(), st.lists(st.one_of(st.floats(), st.text(), st.none(), st.lists(ints)),
-                                           min_size=1, max_size=3))),
+    st.builds(
+        lambda v: _stored_map(block_hashes=v),
+        st.one_of(
+            ints,
+            st.text(),
+            st.lists(st.one_of(st.floats(), st.text(), st.none(), st.lists(ints)), min_size=1, max_size=3),
+        ),
+    ),
     st.builds(lambda v: _stored_map(parent_block_hash=v), st.one_of(st.floats(), st.text(), st.lists(ints))),
     st.builds(lambda v: _stored_map(block_size=v), st.one_of(st.floats(), st.text(), st.none(), st.booleans())),
     st.builds(lambda v: _stored_map(token_ids=v), st.one_of(st.text(), st.lists(st.text(), min_size=1))),
-    st.builds(lambda k: _stored_map(**{k: ...}), st.sampled_from(
-        ["block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name"])),
-    st.builds(lambda t: {"type": t, "block_hashes": [1], "medium": None},
-              st.one_of(st.text(max_size=10).filter(lambda t: t not in ("BlockStored", "BlockRemoved",
-                                                                          "AllBlocksCleared")),
-                        ints, st.none(), st.lists(ints, max_size=2))),
-    st.builds(lambda v: {"type": "BlockRemoved", "block_hashes": v, "medium": None},
-              st.one_of(st.none(), st.text(), st.lists(st.floats(), min_size=1))),
-    st.builds(lambda v: {"type": "BlockRemoved", "block_hashes": [1], "medium": v},
-              st.one_of(ints, st.lists(st.text(), min_size=1))),
+    st.builds(
+        lambda k: _stored_map(**{k: ...}),
+        st.sampled_from(
+            ["block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name"]
+        ),
+    ),
+    st.builds(
+        lambda t: {"type": t, "block_hashes": [1], "medium": None},
+        st.one_of(
+            st.text(max_size=10).filter(lambda t: t not in ("BlockStored", "BlockRemoved", "AllBlocksCleared")),
+            ints,
+            st.none(),
+            st.lists(ints, max_size=2),
+        ),
+    ),
+    st.builds(
+        lambda v: {"type": "BlockRemoved", "block_hashes": v, "medium": None},
+        st.one_of(st.none(), st.text(), st.lists(st.floats(), min_size=1)),
+    ),
+    st.builds(
+        lambda v: {"type": "BlockRemoved", "block_hashes": [1], "medium": v},
+        st.one_of(ints, st.lists(st.text(), min_size=1)),
+    ),
     st.one_of(ints, st.text(), st.lists(ints, max_size=2), st.none()),  # not a map
 )
 
@@ -176,12 +212,23 @@ def test_wrongly_typed_events_are_counted(bad_events, data):
 
 
 @FUZZ
-@given(st.one_of(st.text(), st.lists(ints, max_size=2), st.none(), st.booleans(),
-                 st.dictionaries(st.text(max_size=3), ints, max_size=2)),
-       st.sampled_from(["ts", "events", "rank", "short"]))
+@given(
+    st.one_of(
+        st.text(),
+        st.lists(ints, max_size=2),
+        st.none(),
+        st.booleans(),
+        st.dictionaries(st.text(max_size=3), ints, max_size=2),
+    ),
+    st.sampled_from(["ts", "events", "rank", "short"]),
+)
 def test_wrongly_shaped_batches_are_counted(value, where):
-    batch = {"ts": [value, [], 0], "events": [1.0, value if not isinstance(value, list) else {"x": 1}, 0],
-             "rank": [1.0, [], value if value is not None else "x"], "short": [value]}[where]
+    batch = {
+        "ts": [value, [], 0],
+        "events": [1.0, value if not isinstance(value, list) else {"x": 1}, 0],
+        "rank": [1.0, [], value if value is not None else "x"],
+        "short": [value],
+    }[where]
     s = KVEventStream()
     counted_bad(s, s.feed_live, [b"", SEQ0, msgspec.msgpack.encode(batch)])
 
@@ -192,15 +239,20 @@ def test_oversize_payload_is_counted():
 
 
 @FUZZ
-@given(st.lists(st.one_of(good_payloads.map(lambda p: ("good", p)),
-                          st.binary(max_size=40).map(lambda b: ("junk", b"\xc1" + b)),
-                          st.integers(0, 5).filter(lambda n: n != 3).map(lambda n: ("count", n))),
-                max_size=30))
+@given(
+    st.lists(
+        st.one_of(
+            good_payloads.map(lambda p: ("good", p)),
+            st.binary(max_size=40).map(lambda b: ("junk", b"\xc1" + b)),
+            st.integers(0, 5).filter(lambda n: n != 3).map(lambda n: ("count", n)),
+        ),
+        max_size=30,
+    )
+)
 def test_mixed_streams_count_each_bad_frame_once_and_apply_the_good(items):
     s = KVEventStream()
-    seq = 0
     good = bad = 0
-    for kind, x in items:
+    for seq, (kind, x) in enumerate(items):
         if kind == "good":
             s.feed_live([b"", seq.to_bytes(8, "big"), x], now=0)
             good += 1
@@ -210,7 +262,6 @@ def test_mixed_streams_count_each_bad_frame_once_and_apply_the_good(items):
         else:
             s.feed_live([b""] * x, now=0)
             bad += 1
-        seq += 1
     assert s.malformed == bad and s.batches == good
 
 

@@ -39,15 +39,16 @@ def connect(at: AppTest, endpoints: str, bind: bool = False) -> AppTest:
 
 
 def stop(at: AppTest) -> None:
-    sess = at.session_state[SESSION] if SESSION in at.session_state else None
+    sess = at.session_state.get(SESSION, None)
     if sess is not None:
         sess.stop()
         assert not sess.alive
 
 
 def texts(at: AppTest) -> str:
-    parts = [e.value for kind in ("error", "warning", "info", "success", "markdown", "caption")
-             for e in getattr(at, kind)]
+    parts = [
+        e.value for kind in ("error", "warning", "info", "success", "markdown", "caption") for e in getattr(at, kind)
+    ]
     return "\n".join(str(p) for p in parts)
 
 
@@ -57,15 +58,18 @@ def test_initial_page_says_not_connected():
     assert not at.error
 
 
-@pytest.mark.parametrize("endpoints, fragment", [
-    ("nonsense", "expected tcp://HOST:PORT"),
-    ("tcp://127.0.0.1:99999", "port must be"),
-    ("tcp://10.1.2.3:5557", "EXPLORER_LIVE_ALLOW_HOSTS"),
-    ("tcp://*:5557", "every interface"),
-    ("inproc://x", "inside one process"),
-    ("", "no endpoint"),
-    ("tcp://127.0.0.1:1 tcp://127.0.0.1:2 extra", "expected ENDPOINT"),
-])
+@pytest.mark.parametrize(
+    "endpoints, fragment",
+    [
+        ("nonsense", "expected tcp://HOST:PORT"),
+        ("tcp://127.0.0.1:99999", "port must be"),
+        ("tcp://10.1.2.3:5557", "EXPLORER_LIVE_ALLOW_HOSTS"),
+        ("tcp://*:5557", "every interface"),
+        ("inproc://x", "inside one process"),
+        ("", "no endpoint"),
+        ("tcp://127.0.0.1:1 tcp://127.0.0.1:2 extra", "expected ENDPOINT"),
+    ],
+)
 def test_bad_endpoints_show_an_error_and_start_nothing(endpoints, fragment):
     at = connect(fresh(), endpoints)
     assert at.error and fragment in at.error[0].value
@@ -80,7 +84,9 @@ def test_allow_list_from_env_or_flag():
     allow = frozenset({"10.1.2.3", "*"})
     specs = parse_endpoints("tcp://10.1.2.3:5557 tcp://10.1.2.3:5558\n# comment\ntcp://*:6000", allow)
     assert [(s.endpoint, s.replay_endpoint) for s in specs] == [
-        ("tcp://10.1.2.3:5557", "tcp://10.1.2.3:5558"), ("tcp://*:6000", None)]
+        ("tcp://10.1.2.3:5557", "tcp://10.1.2.3:5558"),
+        ("tcp://*:6000", None),
+    ]
     for ok in ("tcp://localhost:1", "tcp://127.0.0.2:1", "tcp://[::1]:1", "ipc:///run/kv.sock"):
         parse_endpoints(ok, frozenset())
     with pytest.raises(BadInput, match="twice"):

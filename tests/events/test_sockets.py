@@ -78,8 +78,10 @@ def test_live_frames_and_replay_router_frames(ctx):
         dealer.send_multipart([b"", b"\0" * 8, b"extra"])
         dealer.send_multipart([b"", (warmup + 2).to_bytes(8, "big")])
         got = []
-        assert wait_until(lambda: len(got) == 3, poll=lambda: (pub.serve(0.01), got.extend(
-            dealer.recv_multipart() for _ in range(3) if dealer.poll(0))))
+        assert wait_until(
+            lambda: len(got) == 3,
+            poll=lambda: (pub.serve(0.01), got.extend(dealer.recv_multipart() for _ in range(3) if dealer.poll(0))),
+        )
         assert got[0] == [b"", b"kv", (warmup + 2).to_bytes(8, "big"), payloads[warmup + 2]]
         assert got[1] == [b"", b"kv", (warmup + 3).to_bytes(8, "big"), payloads[warmup + 3]]
         assert got[2] == [b"", b"", END_SEQ, b""]
@@ -95,8 +97,10 @@ def test_buffer_steps_keep_the_last_batches_only(ctx):
         dealer.connect(pub.last_endpoint("replay"))
         dealer.send_multipart([b"", (0).to_bytes(8, "big")])
         got = []
-        assert wait_until(lambda: got and got[-1][2] == END_SEQ,
-                          poll=lambda: (pub.serve(0.01), dealer.poll(0) and got.append(dealer.recv_multipart())))
+        assert wait_until(
+            lambda: got and got[-1][2] == END_SEQ,
+            poll=lambda: (pub.serve(0.01), dealer.poll(0) and got.append(dealer.recv_multipart())),
+        )
         assert [int.from_bytes(f[2], "big", signed=True) for f in got] == [3, 4, -1]
 
 
@@ -122,8 +126,9 @@ def test_data_parallel_rank_offsets_both_endpoints(ctx):
     port = int(ep.rsplit(":", 1)[1])
     rport = free_port()
     rank = 2
-    with KVEventPublisher(f"tcp://{LOOPBACK}:{port - rank}", f"tcp://{LOOPBACK}:{rport - rank}",
-                          data_parallel_rank=rank) as pub:
+    with KVEventPublisher(
+        f"tcp://{LOOPBACK}:{port - rank}", f"tcp://{LOOPBACK}:{rport - rank}", data_parallel_rank=rank
+    ) as pub:
         assert pub.endpoint == ep and pub.replay_endpoint == f"tcp://{LOOPBACK}:{rport}"
         frames = publish_until_received(pub, sub, KVEventBatch(1.0, [stored(1)]))
         assert msgspec.msgpack.decode(frames[2])[2] == rank
@@ -163,8 +168,10 @@ def pump(sub, pub=None, proxy=None, seconds=0.0, until=None, timeout=5.0):
 def test_gaps_are_recovered_through_the_replay_endpoint():
     proxy = DroppingProxy(drop={3, 4, 7})
     try:
-        with KVEventPublisher(proxy.inbound, ANY) as pub, \
-                KVEventSubscriber(proxy.outbound, pub.last_endpoint("replay"), monitor=True) as sub:
+        with (
+            KVEventPublisher(proxy.inbound, ANY) as pub,
+            KVEventSubscriber(proxy.outbound, pub.last_endpoint("replay"), monitor=True) as sub,
+        ):
             pump(sub, pub, proxy, seconds=0.5)  # let both connections and subscriptions settle
             expected = Counter()
             seen = []

@@ -225,8 +225,22 @@ def test_wrongly_typed_hashes_are_malformed():
     import msgspec
 
     bad = msgspec.msgpack.encode(
-        [1.0, [{"type": "BlockStored", "block_hashes": [[1, 2]], "parent_block_hash": None, "token_ids": [],
-                "block_size": 4, "lora_id": None, "medium": None, "lora_name": None}], 0]
+        [
+            1.0,
+            [
+                {
+                    "type": "BlockStored",
+                    "block_hashes": [[1, 2]],
+                    "parent_block_hash": None,
+                    "token_ids": [],
+                    "block_size": 4,
+                    "lora_id": None,
+                    "medium": None,
+                    "lora_name": None,
+                }
+            ],
+            0,
+        ]
     )
     s = KVEventStream()
     assert s.feed_live([b"", b"\0" * 8, bad], now=0) == []

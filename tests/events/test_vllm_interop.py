@@ -38,33 +38,102 @@ def vllm():
 def batches(base: int):
     """Batches of every event type and field shape, as [ts, [event maps]] for the helper."""
     return [
-        [1.25, [{"type": "BlockStored", "block_hashes": [base + 1, base + 2], "parent_block_hash": None,
-                 "token_ids": list(range(8)), "block_size": 4, "lora_id": None, "medium": "GPU",
-                 "lora_name": None, "extra_keys": [None, None], "kv_cache_spec_kind": "full_attention"}]],
-        [1.5, [{"type": "BlockStored", "block_hashes": [base + 3, "hex:" + H32.hex()],
-                "parent_block_hash": base + 2, "token_ids": list(range(8, 16)), "block_size": 4,
-                "lora_id": 1, "medium": "GPU", "lora_name": "adapter", "extra_keys": [["img", 3], None],
-                "group_idx": 0}]],
+        [
+            1.25,
+            [
+                {
+                    "type": "BlockStored",
+                    "block_hashes": [base + 1, base + 2],
+                    "parent_block_hash": None,
+                    "token_ids": list(range(8)),
+                    "block_size": 4,
+                    "lora_id": None,
+                    "medium": "GPU",
+                    "lora_name": None,
+                    "extra_keys": [None, None],
+                    "kv_cache_spec_kind": "full_attention",
+                }
+            ],
+        ],
+        [
+            1.5,
+            [
+                {
+                    "type": "BlockStored",
+                    "block_hashes": [base + 3, "hex:" + H32.hex()],
+                    "parent_block_hash": base + 2,
+                    "token_ids": list(range(8, 16)),
+                    "block_size": 4,
+                    "lora_id": 1,
+                    "medium": "GPU",
+                    "lora_name": "adapter",
+                    "extra_keys": [["img", 3], None],
+                    "group_idx": 0,
+                }
+            ],
+        ],
         [1.75, [{"type": "BlockRemoved", "block_hashes": [base + 1], "medium": "GPU"}]],
-        [2.0, [{"type": "BlockStored", "block_hashes": [base + 2], "parent_block_hash": None,
-                "token_ids": [0, 1, 2, 3], "block_size": 4, "lora_id": None, "medium": "CPU",
-                "lora_name": None}]],
-        [2.25, [{"type": "AllBlocksCleared"},
-                {"type": "BlockStored", "block_hashes": [base + 9], "parent_block_hash": None,
-                 "token_ids": [9, 9, 9, 9], "block_size": 4, "lora_id": None, "medium": "GPU",
-                 "lora_name": None}]],
-        [2.5, [{"type": "BlockStored", "block_hashes": [base + 9, base + 10], "parent_block_hash": None,
-                "token_ids": list(range(8)), "block_size": 4, "lora_id": None, "medium": "GPU",
-                "lora_name": None}]],
+        [
+            2.0,
+            [
+                {
+                    "type": "BlockStored",
+                    "block_hashes": [base + 2],
+                    "parent_block_hash": None,
+                    "token_ids": [0, 1, 2, 3],
+                    "block_size": 4,
+                    "lora_id": None,
+                    "medium": "CPU",
+                    "lora_name": None,
+                }
+            ],
+        ],
+        [
+            2.25,
+            [
+                {"type": "AllBlocksCleared"},
+                {
+                    "type": "BlockStored",
+                    "block_hashes": [base + 9],
+                    "parent_block_hash": None,
+                    "token_ids": [9, 9, 9, 9],
+                    "block_size": 4,
+                    "lora_id": None,
+                    "medium": "GPU",
+                    "lora_name": None,
+                },
+            ],
+        ],
+        [
+            2.5,
+            [
+                {
+                    "type": "BlockStored",
+                    "block_hashes": [base + 9, base + 10],
+                    "parent_block_hash": None,
+                    "token_ids": list(range(8)),
+                    "block_size": 4,
+                    "lora_id": None,
+                    "medium": "GPU",
+                    "lora_name": None,
+                }
+            ],
+        ],
     ]
 
 
 def expected_fields(sent):
     """The helper's full-field form of the maps we sent (defaults filled in as vLLM does)."""
     defaults = {
-        "BlockStored": dict(extra_keys=None, group_idx=None, kv_cache_spec_kind=None,
-                            kv_cache_spec_sliding_window=None, locality=None, ownership=None,
-                            session_id=None),
+        "BlockStored": dict(
+            extra_keys=None,
+            group_idx=None,
+            kv_cache_spec_kind=None,
+            kv_cache_spec_sliding_window=None,
+            locality=None,
+            ownership=None,
+            session_id=None,
+        ),
         "BlockRemoved": dict(group_idx=None, locality=None, ownership=None),
         "AllBlocksCleared": {},
     }
@@ -122,8 +191,9 @@ def test_vllm_publisher_to_our_subscriber(vllm):
     rport = free_port()
     with KVEventSubscriber(ANY, bind=True, topic="kv", monitor=True) as sub:
         # vLLM connects a tcp://127.0.0.1 endpoint (its bind-or-connect rule) to our bound SUB
-        cfg = vllm.call("publisher", name="a", endpoint=sub.bound_endpoint,
-                        replay_endpoint=f"tcp://{LOOPBACK}:{rport}", topic="kv")
+        cfg = vllm.call(
+            "publisher", name="a", endpoint=sub.bound_endpoint, replay_endpoint=f"tcp://{LOOPBACK}:{rport}", topic="kv"
+        )
         assert cfg["endpoint"] == sub.bound_endpoint
         wait_connected(sub)
         sent = batches(100)
@@ -141,20 +211,26 @@ def test_vllm_publisher_to_our_subscriber(vllm):
 def test_late_joiner_recovers_the_first_batches_from_vllms_replay(vllm):
     port, rport = free_port(), free_port()
     sent = batches(200)
-    vllm.call("publisher", name="late", endpoint=f"tcp://{LOOPBACK}:{port}",
-              replay_endpoint=f"tcp://{LOOPBACK}:{rport}")
+    vllm.call(
+        "publisher", name="late", endpoint=f"tcp://{LOOPBACK}:{port}", replay_endpoint=f"tcp://{LOOPBACK}:{rport}"
+    )
     try:
         # nobody subscribes yet: vLLM's PUB drops these three
         assert vllm.call("publish", name="late", batches=sent[:3])["unsent"] == 0
-        with KVEventSubscriber(f"tcp://{LOOPBACK}:{port}", f"tcp://{LOOPBACK}:{rport}", bind=True,
-                               monitor=True) as sub:
+        with KVEventSubscriber(f"tcp://{LOOPBACK}:{port}", f"tcp://{LOOPBACK}:{rport}", bind=True, monitor=True) as sub:
             assert wait_connected(sub) == []
             vllm.call("publish", name="late", batches=sent[3:])
             applied = pump(sub, lambda o: len(o) >= len(sent))
             check_applied(applied, sent)
             assert [a.replayed for a in applied] == [True] * 3 + [False] * 3
-            assert sub.stream.summary() == {"batches": 6, "gaps": 0, "replayed": 3, "lost": 0,
-                                            "malformed": 0, "restarts": 0}
+            assert sub.stream.summary() == {
+                "batches": 6,
+                "gaps": 0,
+                "replayed": 3,
+                "lost": 0,
+                "malformed": 0,
+                "restarts": 0,
+            }
             (inst,) = sub.stream.instances.values()
             assert inst.hashes == multiset_after(sent)
     finally:
@@ -166,8 +242,7 @@ def test_gaps_recovered_from_vllms_replay_router(vllm):
     proxy = DroppingProxy(drop={2, 3, 5})
     try:
         with KVEventSubscriber(proxy.outbound, f"tcp://{LOOPBACK}:{rport}") as sub:
-            vllm.call("publisher", name="gap", endpoint=proxy.inbound,
-                      replay_endpoint=f"tcp://{LOOPBACK}:{rport}")
+            vllm.call("publisher", name="gap", endpoint=proxy.inbound, replay_endpoint=f"tcp://{LOOPBACK}:{rport}")
             try:
                 # warm up through the proxy until a batch arrives and any catch-up replay is over
                 warm = []
@@ -175,8 +250,9 @@ def test_gaps_recovered_from_vllms_replay_router(vllm):
                 while not warm and time.monotonic() < end:
                     vllm.call("publish", name="gap", batches=[[0.5, [{"type": "AllBlocksCleared"}]]])
                     warm = pump(sub, lambda o: bool(o), timeout=0.3, proxy=proxy)
-                warm += pump(sub, lambda o: not sub.stream.pending and not sub.stream.replay_in_flight,
-                             timeout=10, proxy=proxy)
+                warm += pump(
+                    sub, lambda o: not sub.stream.pending and not sub.stream.replay_in_flight, timeout=10, proxy=proxy
+                )
                 assert warm and not sub.stream.pending
                 w = warm[-1].seq + 1
                 before = sub.stream.summary()
@@ -189,8 +265,14 @@ def test_gaps_recovered_from_vllms_replay_router(vllm):
         check_applied(applied, sent, first_seq=w)
         assert {a.seq - w for a in applied if a.replayed} == {2, 3, 5}
         after = sub.stream.summary()
-        assert {k: after[k] - before[k] for k in after} == {"batches": 12, "gaps": 3, "replayed": 3,
-                                                            "lost": 0, "malformed": 0, "restarts": 0}
+        assert {k: after[k] - before[k] for k in after} == {
+            "batches": 12,
+            "gaps": 3,
+            "replayed": 3,
+            "lost": 0,
+            "malformed": 0,
+            "restarts": 0,
+        }
     finally:
         proxy.close()
 
@@ -223,8 +305,7 @@ def test_vllm_data_parallel_rank_offsets_and_tags(vllm):
     with KVEventSubscriber(ANY, bind=True, monitor=True) as sub:
         port = int(sub.bound_endpoint.rsplit(":", 1)[1])
         rank = 1
-        cfg = vllm.call("publisher", name="dp", endpoint=f"tcp://{LOOPBACK}:{port - rank}",
-                        data_parallel_rank=rank)
+        cfg = vllm.call("publisher", name="dp", endpoint=f"tcp://{LOOPBACK}:{port - rank}", data_parallel_rank=rank)
         try:
             assert cfg["endpoint"] == sub.bound_endpoint
             wait_connected(sub)
@@ -238,10 +319,23 @@ def test_vllm_data_parallel_rank_offsets_and_tags(vllm):
 
 
 def test_endpoint_rules_match_vllm(vllm):
-    cases = [("tcp://*:5557", 0), ("tcp://*:5557", 3), ("tcp://127.0.0.1:5557", 2), ("tcp://*:0", 4),
-             ("tcp://[::1]:7000", 1), ("tcp://[::]:7000", 0), ("inproc://kv", 2), ("ipc:///run/kv", 0),
-             ("ipc:///run/kv", 1), ("tcp://host:port", 1), ("", 2), (None, 1), ("tcp://localhost:1", 0),
-             ("ipc:///run/tcp_sock", 1), ("tcp://h:9", -1)]
+    cases = [
+        ("tcp://*:5557", 0),
+        ("tcp://*:5557", 3),
+        ("tcp://127.0.0.1:5557", 2),
+        ("tcp://*:0", 4),
+        ("tcp://[::1]:7000", 1),
+        ("tcp://[::]:7000", 0),
+        ("inproc://kv", 2),
+        ("ipc:///run/kv", 0),
+        ("ipc:///run/kv", 1),
+        ("tcp://host:port", 1),
+        ("", 2),
+        (None, 1),
+        ("tcp://localhost:1", 0),
+        ("ipc:///run/tcp_sock", 1),
+        ("tcp://h:9", -1),
+    ]
     theirs = vllm.call("endpoint_rules", cases=cases)["results"]
     for (ep, rank), t in zip(cases, theirs):
         try:
@@ -261,10 +355,39 @@ def our_batches():
 
     return [
         KVEventBatch(1.5, [AllBlocksCleared()], 0),
-        KVEventBatch(2.0, [BlockStored([1, 2**64 - 1], None, list(range(8)), 4, None, "GPU", None,
-                                       extra_keys=[None, ("img", 3)], kv_cache_spec_kind="full_attention")]),
-        KVEventBatch(2.5, [BlockStored([H32], 2**63, [1, 2, 3, 4], 4, 7, "CPU", "lora-a", group_idx=1,
-                                       kv_cache_spec_sliding_window=128, session_id="s")]),
+        KVEventBatch(
+            2.0,
+            [
+                BlockStored(
+                    [1, 2**64 - 1],
+                    None,
+                    list(range(8)),
+                    4,
+                    None,
+                    "GPU",
+                    None,
+                    extra_keys=[None, ("img", 3)],
+                    kv_cache_spec_kind="full_attention",
+                )
+            ],
+        ),
+        KVEventBatch(
+            2.5,
+            [
+                BlockStored(
+                    [H32],
+                    2**63,
+                    [1, 2, 3, 4],
+                    4,
+                    7,
+                    "CPU",
+                    "lora-a",
+                    group_idx=1,
+                    kv_cache_spec_sliding_window=128,
+                    session_id="s",
+                )
+            ],
+        ),
         KVEventBatch(3.0, [BlockRemoved([1, H32], "GPU", group_idx=0), BlockRemoved([2], None)]),
     ]
 
@@ -332,7 +455,7 @@ def test_our_publisher_over_the_wire_to_vllm_decoder(vllm, tmp_path):
     assert answer["ended"] and answer["end_frames"] == ["", "", "ff" * 8, ""]
     replayed = answer["messages"]
     assert len(replayed) == len(sent)
-    for i, (m, lm) in enumerate(zip(replayed, live)):
+    for m, lm in zip(replayed, live):
         frames = m["frames"]
         assert frames[0] == "" and frames[1:] == lm["frames"]
         assert m["decoded"]["events"] == lm["decoded"]["events"]
@@ -347,8 +470,16 @@ def payload_corpus(seed: int = 7, mutations: int = 400) -> list[bytes]:
     rnd = random.Random(seed)
     enc = msgspec.msgpack.encode
     valid = [encode_batch(b) for b in our_batches()]
-    stored = {"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None, "token_ids": [1],
-              "block_size": 1, "lora_id": None, "medium": None, "lora_name": None}
+    stored = {
+        "type": "BlockStored",
+        "block_hashes": [1],
+        "parent_block_hash": None,
+        "token_ids": [1],
+        "block_size": 1,
+        "lora_id": None,
+        "medium": None,
+        "lora_name": None,
+    }
     odd = [
         enc([1, [], 0]),  # int ts
         enc([1.0, []]),  # no rank
@@ -360,9 +491,18 @@ def payload_corpus(seed: int = 7, mutations: int = 400) -> list[bytes]:
         enc([1.0, [{**stored, "extra_keys": [None, [1, "a"], []]}], 0]),
     ]
     wrong = [
-        enc([]), enc([1.0]), enc(["1", [], 0]), enc([True, [], 0]), enc([1.0, {}, 0]), enc([1.0, [], "0"]),
-        enc([1.0, [], 1.5]), enc([1.0, [], True]), enc({"ts": 1.0, "events": []}), enc([1.0, [1], 0]),
-        enc([1.0, [{"type": "Nope"}], 0]), enc([1.0, [{"block_hashes": []}], 0]),
+        enc([]),
+        enc([1.0]),
+        enc(["1", [], 0]),
+        enc([True, [], 0]),
+        enc([1.0, {}, 0]),
+        enc([1.0, [], "0"]),
+        enc([1.0, [], 1.5]),
+        enc([1.0, [], True]),
+        enc({"ts": 1.0, "events": []}),
+        enc([1.0, [1], 0]),
+        enc([1.0, [{"type": "Nope"}], 0]),
+        enc([1.0, [{"block_hashes": []}], 0]),
         enc([1.0, [{**stored, "block_hashes": [1.5]}], 0]),
         enc([1.0, [{**stored, "block_hashes": [True]}], 0]),
         enc([1.0, [{**stored, "block_hashes": [[1]]}], 0]),
@@ -374,8 +514,13 @@ def payload_corpus(seed: int = 7, mutations: int = 400) -> list[bytes]:
         enc([1.0, [{k: v for k, v in stored.items() if k != "lora_name"}], 0]),
         enc([1.0, [{"type": "BlockRemoved", "block_hashes": [1]}], 0]),
         enc([1.0, [{"type": "BlockRemoved", "block_hashes": [1], "medium": None, "group_idx": "0"}], 0]),
-        b"", b"\xc1", b"\x93", b"\x93\x00\x90\x00\x00", b"\x91" * 5000,
-        b"\x93\x00\xdd\xff\xff\xff\xff", b"\x93\x00\x90\xc4\x05ab",
+        b"",
+        b"\xc1",
+        b"\x93",
+        b"\x93\x00\x90\x00\x00",
+        b"\x91" * 5000,
+        b"\x93\x00\xdd\xff\xff\xff\xff",
+        b"\x93\x00\x90\xc4\x05ab",
     ]
     corpus = valid + odd + wrong
     for _ in range(mutations):

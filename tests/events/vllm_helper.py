@@ -30,7 +30,6 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 import msgspec  # noqa: E402
 import zmq  # noqa: E402
-
 from vllm.distributed.kv_events import (  # noqa: E402
     AllBlocksCleared,
     BlockRemoved,
@@ -89,10 +88,14 @@ class Helper:
         self.ctx = zmq.Context()
         self.sub = None
 
-    def publisher(self, name, endpoint, replay_endpoint=None, topic="", data_parallel_rank=0,
-                  buffer_steps=10_000):
-        pub = ZmqEventPublisher(data_parallel_rank=data_parallel_rank, endpoint=endpoint,
-                                replay_endpoint=replay_endpoint, buffer_steps=buffer_steps, topic=topic)
+    def publisher(self, name, endpoint, replay_endpoint=None, topic="", data_parallel_rank=0, buffer_steps=10_000):
+        pub = ZmqEventPublisher(
+            data_parallel_rank=data_parallel_rank,
+            endpoint=endpoint,
+            replay_endpoint=replay_endpoint,
+            buffer_steps=buffer_steps,
+            topic=topic,
+        )
         self.publishers[name] = pub
         cfg = pub.get_publisher_config()
         return {"endpoint": cfg.endpoint, "replay_endpoint": cfg.replay_endpoint}

@@ -33,10 +33,16 @@ class VllmHelper:
             )
         env = dict(os.environ, VLLM_LOGGING_LEVEL="WARNING")
         env.pop("PYTHONHASHSEED", None)
-        self._stderr = tempfile.TemporaryFile()
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the child process)
         self._proc = subprocess.Popen(
-            [str(VENV_PYTHON), str(HELPER)], cwd=str(REPO_ROOT), env=env, text=True,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, bufsize=1,
+            [str(VENV_PYTHON), str(HELPER)],
+            cwd=str(REPO_ROOT),
+            env=env,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            bufsize=1,
         )
         self._lines: queue.Queue = queue.Queue()
         self.command_timeout = command_timeout

@@ -14,9 +14,21 @@ from explorer.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYS = {
-    "model", "weights", "device", "dtype", "prompt_tokens", "hit_tokens", "full_ms", "cached_ms",
-    "saved_ms", "saved_fraction", "ideal_fraction", "flop_ideal_fraction", "mfu",
-    "max_abs_logit_diff", "greedy_match",
+    "model",
+    "weights",
+    "device",
+    "dtype",
+    "prompt_tokens",
+    "hit_tokens",
+    "full_ms",
+    "cached_ms",
+    "saved_ms",
+    "saved_fraction",
+    "ideal_fraction",
+    "flop_ideal_fraction",
+    "mfu",
+    "max_abs_logit_diff",
+    "greedy_match",
 }
 
 

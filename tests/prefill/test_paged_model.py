@@ -80,9 +80,21 @@ def test_measurement_is_consistent(tiny_model, fresh_seed):
     assert r.greedy_cached == seq[200:]
     j = r.to_json()
     assert set(j) == {
-        "model", "weights", "device", "dtype", "prompt_tokens", "hit_tokens", "full_ms", "cached_ms",
-        "saved_ms", "saved_fraction", "ideal_fraction", "flop_ideal_fraction", "mfu",
-        "max_abs_logit_diff", "greedy_match",
+        "model",
+        "weights",
+        "device",
+        "dtype",
+        "prompt_tokens",
+        "hit_tokens",
+        "full_ms",
+        "cached_ms",
+        "saved_ms",
+        "saved_fraction",
+        "ideal_fraction",
+        "flop_ideal_fraction",
+        "mfu",
+        "max_abs_logit_diff",
+        "greedy_match",
     }
     assert j["mfu"] is None and j["weights"] == "random" and j["dtype"] == "float32"
     assert j["ideal_fraction"] == 96 / 200

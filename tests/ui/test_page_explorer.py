@@ -243,8 +243,15 @@ def test_playground_extras_lora_salt_image_logprobs():
     at.button(key="FormSubmitter:px_arrive-Arrive").click().run()
     assert not errors(at), errors(at)
     edit = view(at).edits[-1]
-    assert edit == {"op": "arrive", "id": "X", "prompt": "0:64", "lora": "sql", "cache_salt": "tenant-7",
-                    "mm": [{"id": "img-1", "offset": 20, "length": 10}], "prompt_logprobs": True}
+    assert edit == {
+        "op": "arrive",
+        "id": "X",
+        "prompt": "0:64",
+        "lora": "sql",
+        "cache_salt": "tenant-7",
+        "mm": [{"id": "img-1", "offset": 20, "length": 10}],
+        "prompt_logprobs": True,
+    }
     text = markdown_text(at)
     assert "The LoRA 'sql' is an extra key of every block" in text and "cache_salt 'tenant-7'" in text
     assert "image 'img-1' (tokens 20-29) is an extra key of block 1" in text
@@ -329,7 +336,7 @@ def test_upload_a_scenario_and_a_malformed_one():
         (b'[[steps]]\nop = "arrive"\nid = "A"\nprompt = "0*2000000000"\n', "more than the prompt limit"),
         (b"\x00\x01binary", "not a text file"),
         (b"[" * 5000, "bad.toml"),
-        (b'[engine]\nnum_blocks = 100000000\n', "num_blocks"),
+        (b"[engine]\nnum_blocks = 100000000\n", "num_blocks"),
         (b'[[steps]]\nop = "admit"\nid = "ghost"\n', "no live request 'ghost'"),
     ],
 )

@@ -16,7 +16,9 @@ SHA256_NONE = "066b1e8987e027138e98701c46128929378935f9b6cd1549105ae6b4f0d71198"
 
 def _digests(at) -> list[str]:
     table = next(h.value for h in at.html if "data-px-hash-table" in h.value)
-    return re.findall(r"<td><code class='px-digest'>([0-9a-f]+)</code></td><td><code class='px-digest'>[0-9a-f]+</code>", table)
+    return re.findall(
+        r"<td><code class='px-digest'>([0-9a-f]+)</code></td><td><code class='px-digest'>[0-9a-f]+</code>", table
+    )
 
 
 def test_default_tokens_give_vllms_test_vectors():
@@ -49,8 +51,16 @@ def test_extra_keys_and_group_id():
     at.text_input(key="px_h_mm").set_value("img-1:8:20")
     at.number_input(key="px_h_gid").set_value(3).run()
     no_exception(at)
-    want = block_hash_table(list(range(40)), 16, "sha256", None, LoRARequest("sql", 1, "loras/sql"), "s1",
-                            [MultiModalFeature("img-1", 8, 20)], 3)
+    want = block_hash_table(
+        list(range(40)),
+        16,
+        "sha256",
+        None,
+        LoRARequest("sql", 1, "loras/sql"),
+        "s1",
+        [MultiModalFeature("img-1", 8, 20)],
+        3,
+    )
     assert _digests(at) == [b["hash"] for b in want["blocks"]]
     assert want["blocks"][0]["key"].endswith("00000003")
     html = all_html(at)

@@ -22,10 +22,21 @@ def line(ids, n, out=1, ts=0):
 
 
 # the hand-derived trace of tests/test_trace_replay.py: 272 hit tokens with 10 blocks of 16
-TINY = ("\n".join([
-    line([0], 64), line([1], 80), line([0], 40), line([0], 80),
-    line([1], 80), line([2, 3], 600), line([1], 81), line([0], 80),
-]) + "\n").encode()
+TINY = (
+    "\n".join(
+        [
+            line([0], 64),
+            line([1], 80),
+            line([0], 40),
+            line([0], 80),
+            line([1], 80),
+            line([2, 3], 600),
+            line([1], 81),
+            line([0], 80),
+        ]
+    )
+    + "\n"
+).encode()
 
 
 def fresh() -> AppTest:

@@ -17,8 +17,14 @@ SMALL = R.FleetConfig(
     title="small test fleet",
     fleet=R.FleetSpec(instances=3, num_blocks=600),
     workload=R.WorkloadSpec(
-        seed=3, requests=50, tenants=2, system_prompts=3, system_prompt_tokens=(200, 400),
-        user_tokens=(20, 120), output_tokens=(20, 80), turns=(2, 6),
+        seed=3,
+        requests=50,
+        tenants=2,
+        system_prompts=3,
+        system_prompt_tokens=(200, 400),
+        user_tokens=(20, 120),
+        output_tokens=(20, 80),
+        turns=(2, 6),
     ),
 )
 
@@ -70,7 +76,11 @@ def test_shared_link_loads_the_setup_and_numbers_are_the_engines_stats():
 
 @pytest.mark.parametrize(
     ("switch", "name"),
-    [("router_f_algo", "router hash algo"), ("router_f_form", "router wrong hash form"), ("router_f_xxhash", "xxhash unshared seed")],
+    [
+        ("router_f_algo", "router hash algo"),
+        ("router_f_form", "router wrong hash form"),
+        ("router_f_xxhash", "xxhash unshared seed"),
+    ],
 )
 def test_a_switch_breaks_the_router(switch, name):
     at = page()

@@ -52,8 +52,14 @@ def test_blob_round_trip_and_refusals():
 
 
 def test_view_round_trips_through_the_url():
-    v = ViewState(engine={"block_size": 32, "enable_prefix_caching": False, "hash_seed": "7"},
-                  edits=({"op": "arrive", "id": "Z", "prompt": "0:20"},), step=3, drawn_seed="ab" * 32, presenter=True, block=5)
+    v = ViewState(
+        engine={"block_size": 32, "enable_prefix_caching": False, "hash_seed": "7"},
+        edits=({"op": "arrive", "id": "Z", "prompt": "0:20"},),
+        step=3,
+        drawn_seed="ab" * 32,
+        presenter=True,
+        block=5,
+    )
     q, warnings = to_query(v)
     assert not warnings
     back, errors = from_query(q)
@@ -64,14 +70,23 @@ def test_edits_too_long_for_a_link_are_left_out_with_a_warning():
     import random
 
     rnd = random.Random(1)
-    edits = tuple({"op": "arrive", "id": f"R{i}", "prompt": ", ".join(str(rnd.randrange(2**31)) for _ in range(40))} for i in range(20))
+    edits = tuple(
+        {"op": "arrive", "id": f"R{i}", "prompt": ", ".join(str(rnd.randrange(2**31)) for _ in range(40))}
+        for i in range(20)
+    )
     q, warnings = to_query(ViewState(edits=edits))
     assert "ed" not in q and "too long" not in q and warnings and "download" in warnings[0].lower()
 
 
 def test_check_engine_refuses_bad_values():
     assert check_engine({"block_size": 8}) == {"block_size": 8}
-    for bad in ({"block_size": 0}, {"num_blocks": 10**9}, {"hash_algo": "md5"}, {"enable_prefix_caching": "yes"}, {"what": 1}):
+    for bad in (
+        {"block_size": 0},
+        {"num_blocks": 10**9},
+        {"hash_algo": "md5"},
+        {"enable_prefix_caching": "yes"},
+        {"what": 1},
+    ):
         with pytest.raises(BadInput):
             check_engine(bad)
 
@@ -89,7 +104,9 @@ def _loc_ok(loc: str) -> bool:
 
 
 @pytest.mark.parametrize("which", ["lesson", "edge"])
-def test_every_panel_names_a_function_with_its_file_and_lines_and_explains_in_sentences(which, lesson_trace, edge_trace):
+def test_every_panel_names_a_function_with_its_file_and_lines_and_explains_in_sentences(
+    which, lesson_trace, edge_trace
+):
     trace = lesson_trace if which == "lesson" else edge_trace
     for k in range(len(trace.steps) + 1):
         now = explain.now(trace, k)
@@ -98,7 +115,13 @@ def test_every_panel_names_a_function_with_its_file_and_lines_and_explains_in_se
         for p in explain.panels(trace, k):
             assert p.refs and all(_loc_ok(r.loc) for r in p.refs), p
             assert 2 <= len(p.sentences) <= 4, (k, p.key, p.sentences)
-            assert all(s.strip() and s[0].isupper() or s[0].isdigit() or s.startswith(("get_", "touch", "free(", "reset_", "allocate_", "prompt_logprobs")) for s in p.sentences), p.sentences
+            assert all(
+                s.strip()
+                and s[0].isupper()
+                or s[0].isdigit()
+                or s.startswith(("get_", "touch", "free(", "reset_", "allocate_", "prompt_logprobs"))
+                for s in p.sentences
+            ), p.sentences
 
 
 def test_references_are_vllm_0_31_lines():
@@ -152,7 +175,9 @@ def test_block_history_follows_a_block(lesson_trace):
     assert texts[0].startswith("2:taken by A1 as its block 0 (popped from the free queue head); got hash")
     assert any(t.startswith("4:released by A1, to the back of the free queue") for t in texts)
     assert any(t.startswith("6:taken by B1 as its block 0 (cache hit, taken out of the free queue)") for t in texts)
-    assert any(t.startswith("13:taken by B2 as its block 0 (cache hit, now shared)") and "ref_cnt 1 -> 2" in t for t in texts)
+    assert any(
+        t.startswith("13:taken by B2 as its block 0 (cache hit, now shared)") and "ref_cnt 1 -> 2" in t for t in texts
+    )
     assert block_history(lesson_trace, 10**6) == []
 
 
@@ -165,8 +190,10 @@ def test_changed_blocks(lesson_trace):
 def test_html_escapes_user_strings():
     from explorer.scenario import parse_scenario_text
 
-    sc = parse_scenario_text('[[steps]]\nop = "arrive"\nid = "<img src=x onerror=alert(1)>"\nprompt = "0:40"\nlora = "<b>x</b>"\n'
-                             '[[steps]]\nop = "admit"\nid = "<img src=x onerror=alert(1)>"\n')
+    sc = parse_scenario_text(
+        '[[steps]]\nop = "arrive"\nid = "<img src=x onerror=alert(1)>"\nprompt = "0:40"\nlora = "<b>x</b>"\n'
+        '[[steps]]\nop = "admit"\nid = "<img src=x onerror=alert(1)>"\n'
+    )
     t = replay(sc)
     snap = t.steps[1].snapshot
     out = vh.requests_html(snap, set()) + vh.event_log_html(t, 2)
