@@ -14,7 +14,7 @@ The life of a block:
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from explorer.core.errors import ConfigError
 from explorer.core.events import MEDIUM_GPU, AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
@@ -26,6 +26,7 @@ from explorer.core.hashing import (
     make_block_hash_with_group_id,
     maybe_convert_block_hash,
 )
+from explorer.core.kv_cache_observer import FreedTo, KVCacheObserver
 from explorer.core.kv_cache_utils import (
     FreeKVCacheBlockQueue,
     KVCacheBlock,
@@ -103,6 +104,7 @@ class BlockPool:
         enable_caching: bool = True,
         enable_kv_cache_events: bool = False,
         use_int_block_hashes: bool = True,
+        observer: KVCacheObserver | None = None,
     ) -> None:
         if not isinstance(num_gpu_blocks, int) or num_gpu_blocks < 2:
             raise ConfigError(f"num_blocks must be an integer >= 2 (block 0 is the null block), got {num_gpu_blocks!r}")
@@ -119,6 +121,7 @@ class BlockPool:
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
         self.kv_event_queue: list[KVCacheEvent] = []
+        self.observer = observer
 
     # ---- lookup ----------------------------------------------------------------------------
 
@@ -148,8 +151,9 @@ class BlockPool:
         if num_cached_blocks >= num_full_blocks:
             return
         use_int = self.use_int_block_hashes
-        new_hashes = []
-        extra_keys = []
+        observer = self.observer
+        new_hashes: list[bytes | int] = []
+        extra_keys: list[tuple[Any, ...] | None] = []
         # The key is digest + 4-byte group id (make_block_hash_with_group_id), built inline:
         # this loop runs once per cached block and dominates long replays.
         group_suffix = make_block_hash_with_group_id(BlockHash(b""), kv_cache_group_id)
@@ -158,11 +162,14 @@ class BlockPool:
             if blk.is_null:
                 continue
             block_hash = request.block_hashes[i]
-            key = block_hash + group_suffix
+            key = BlockHashWithGroupId(block_hash + group_suffix)
             # A block that already holds this key (a hit) is left alone.
             if blk._block_hash != key:
                 blk.set_block_hash(key)
                 self.cached_block_hash_to_block.insert(key, blk)
+            if observer is not None:
+                same = self.cached_block_hash_to_block.get_all_blocks(key)
+                observer.on_cache(blk.block_id, i, block_hash, tuple(b.block_id for b in same if b is not blk))
             if self.enable_kv_cache_events:
                 new_hashes.append(maybe_convert_block_hash(block_hash, use_int))
                 start = i * block_size
@@ -196,7 +203,11 @@ class BlockPool:
         if num_blocks > self.get_num_free_blocks():
             raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
         ret = self.free_block_queue.popleft_n(num_blocks)
+        observer = self.observer
         for block in ret:
+            if observer is not None:
+                key = block.block_hash
+                observer.on_pop(block.block_id, None if key is None else get_block_hash(key))
             if self.enable_caching and block._block_hash is not None:
                 self._maybe_evict_cached_block(block)
             assert block.ref_cnt == 0
@@ -222,10 +233,14 @@ class BlockPool:
 
     def touch(self, blocks: Sequence[KVCacheBlock]) -> None:
         """A cache hit: a free block leaves the queue, and every block gets ref_cnt + 1."""
+        observer = self.observer
         for block in blocks:
-            if block.ref_cnt == 0 and not block.is_null:
+            was_free = block.ref_cnt == 0 and not block.is_null
+            if was_free:
                 self.free_block_queue.remove(block)
             block.ref_cnt += 1
+            if observer is not None:
+                observer.on_touch(block.block_id, was_free)
 
     def free_blocks(self, ordered_blocks: Iterable[KVCacheBlock]) -> None:
         """Release blocks given in eviction order (a request passes its blocks reversed).
@@ -236,13 +251,20 @@ class BlockPool:
         """
         evict_first: list[KVCacheBlock] = []
         evict_last: list[KVCacheBlock] = []
+        observer = self.observer
         for block in ordered_blocks:
             block.ref_cnt -= 1
             if block.ref_cnt == 0 and not block.is_null:
                 if block._block_hash is None or not self.enable_caching:
                     evict_first.append(block)
+                    freed_to = FreedTo.FRONT
                 else:
                     evict_last.append(block)
+                    freed_to = FreedTo.BACK
+            else:
+                freed_to = FreedTo.HELD
+            if observer is not None and not block.is_null:
+                observer.on_free(block.block_id, block.ref_cnt, freed_to)
         self.free_block_queue.prepend_n(evict_first)
         self.free_block_queue.append_n(evict_last)
 

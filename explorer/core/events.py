@@ -30,7 +30,7 @@ class BlockStored:
     lora_id: int | None
     medium: str | None
     lora_name: str | None
-    extra_keys: list[tuple | None] | None = None
+    extra_keys: list[tuple[Any, ...] | None] | None = None
     group_idx: int | None = None
     kv_cache_spec_kind: str | None = None
     kv_cache_spec_sliding_window: int | None = None
@@ -64,7 +64,7 @@ class KVEventBatch:
     data_parallel_rank: int | None = None
 
 
-def _field_plan(cls) -> list[tuple[str, bool]]:
+def _field_plan(cls: type[Any]) -> list[tuple[str, bool]]:
     """(name, always_written) for each field in declaration order."""
     return [(f.name, f.default is MISSING and f.default_factory is MISSING) for f in fields(cls)]
 
@@ -104,7 +104,7 @@ def to_json_value(value: Any) -> Any:
 
 
 def event_to_json(event: KVCacheEvent) -> dict[str, Any]:
-    return to_json_value(event_to_map(event))
+    return {k: to_json_value(v) for k, v in event_to_map(event).items()}
 
 
 def encode_batch(batch: KVEventBatch) -> bytes:

@@ -7,6 +7,9 @@ A scheduler admitting a request calls, in order:
    the blocks that are full after this step; None when there is no room;
 3. ``record_prefix_cache_stats(request, num_hits)`` once admission succeeded.
 ``free(request)`` gives the blocks back when the request finishes or is preempted.
+
+Every call reaches the KV cache groups through the coordinator (kv_cache_coordinator.py), as in
+vLLM; an optional observer hears each decision (kv_cache_observer.py).
 """
 
 from __future__ import annotations
@@ -16,23 +19,28 @@ from dataclasses import dataclass
 from explorer.core.block_pool import BlockPool
 from explorer.core.errors import ConfigError, SchedulingError
 from explorer.core.events import BlockStored, KVCacheEvent
+from explorer.core.kv_cache_coordinator import get_kv_cache_coordinator
+from explorer.core.kv_cache_observer import AdmissionCheck, KVCacheObserver
 from explorer.core.kv_cache_utils import KVCacheBlock
 from explorer.core.metrics import PrefixCacheStats
 from explorer.core.request import Request
-from explorer.core.single_type_kv_cache_manager import FullAttentionManager, SingleTypeKVCacheManager
 
 
 @dataclass(frozen=True, slots=True)
 class KVCacheBlocks:
-    """Blocks per KV cache group (one group here), as allocate_slots returns them."""
+    """Blocks per KV cache group, in group order, as allocate_slots returns them."""
 
     blocks: tuple[list[KVCacheBlock], ...]
 
     def get_block_ids(self) -> tuple[list[int], ...]:
         return tuple([b.block_id for b in group] for group in self.blocks)
 
+    def get_block_ids_of_group(self, group_id: int) -> list[int]:
+        return [b.block_id for b in self.blocks[group_id]]
+
     def __len__(self) -> int:
-        return len(self.blocks[0])
+        """Blocks in all groups together."""
+        return sum(len(group) for group in self.blocks)
 
 
 class KVCacheManager:
@@ -45,6 +53,7 @@ class KVCacheManager:
         enable_kv_cache_events: bool = False,
         log_stats: bool = True,
         use_int_block_hashes: bool = True,
+        observer: KVCacheObserver | None = None,
     ) -> None:
         if not isinstance(block_size, int) or block_size < 1:
             raise ConfigError(f"block_size must be a positive integer, got {block_size!r}")
@@ -55,10 +64,9 @@ class KVCacheManager:
         self.enable_caching = enable_caching
         self.enable_kv_cache_events = enable_kv_cache_events
         self.log_stats = log_stats
-        self.block_pool = BlockPool(num_blocks, enable_caching, enable_kv_cache_events, use_int_block_hashes)
-        self.single_type_managers: list[SingleTypeKVCacheManager] = [
-            FullAttentionManager(self.block_pool, block_size, 0, enable_caching)
-        ]
+        self.observer = observer
+        self.block_pool = BlockPool(num_blocks, enable_caching, enable_kv_cache_events, use_int_block_hashes, observer)
+        self.coordinator = get_kv_cache_coordinator(self.block_pool, block_size, enable_caching, observer=observer)
         self.prefix_cache_stats: PrefixCacheStats | None = PrefixCacheStats() if log_stats else None
 
     @property
@@ -81,8 +89,8 @@ class KVCacheManager:
         if not self.prefix_cache_lookup_enabled(request):
             return self.empty_blocks(), 0
         max_cache_hit_length = request.num_tokens - 1
-        hits = self.single_type_managers[0].find_longest_cache_hit(request.block_hashes, max_cache_hit_length)
-        return KVCacheBlocks((hits,)), len(hits) * self.block_size
+        hits, num_hit_tokens = self.coordinator.find_longest_cache_hit(request.block_hashes, max_cache_hit_length)
+        return KVCacheBlocks(hits), num_hit_tokens
 
     # ---- allocation ------------------------------------------------------------------------
 
@@ -102,38 +110,49 @@ class KVCacheManager:
         """
         if num_new_tokens == 0 and num_new_computed_tokens == 0:
             raise SchedulingError("num_new_tokens must be greater than 0 when there are no computed tokens to adopt")
-        hit_blocks = new_computed_blocks.blocks[0] if new_computed_blocks is not None else []
+        coordinator = self.coordinator
+        hit_blocks = new_computed_blocks.blocks if new_computed_blocks is not None else coordinator.empty_blocks()
         num_local_computed = request.num_computed_tokens + num_new_computed_tokens
         total_computed = min(num_local_computed, self.max_model_len)
         num_tokens_need_slot = min(total_computed + num_new_tokens, self.max_model_len)
 
         rid = request.request_id
-        managers = self.single_type_managers
-        required = sum(m.get_num_blocks_to_allocate(rid, num_tokens_need_slot, hit_blocks) for m in managers)
-        if required > self.block_pool.get_num_free_blocks():
+        num_free = self.block_pool.get_num_free_blocks()
+        required = coordinator.get_num_blocks_to_allocate(rid, num_tokens_need_slot, hit_blocks)
+        if self.observer is not None:
+            num_new, num_evictable = coordinator.get_num_new_and_evictable_blocks(rid, num_tokens_need_slot, hit_blocks)
+            self.observer.on_admission_check(
+                AdmissionCheck(
+                    rid,
+                    num_new_tokens,
+                    total_computed,
+                    num_tokens_need_slot,
+                    num_new,
+                    num_evictable,
+                    num_free,
+                    required <= num_free,
+                )
+            )
+        if required > num_free:
             return None
 
         # Touch before popping: a request can never evict its own hits.
-        if hit_blocks:
-            for m in managers:
-                m.add_local_computed_blocks(rid, hit_blocks)
-        new_blocks = tuple(m.allocate_new_blocks(rid, num_tokens_need_slot) for m in managers)
+        if any(hit_blocks):
+            coordinator.allocate_new_computed_blocks(rid, hit_blocks)
+        new_blocks = coordinator.allocate_new_blocks(rid, num_tokens_need_slot)
 
         if self.enable_caching:
-            num_tokens_to_cache = min(total_computed + num_new_tokens, request.num_tokens)
-            for m in managers:
-                m.cache_blocks(request, num_tokens_to_cache)
+            coordinator.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
         return KVCacheBlocks(new_blocks)
 
     def free(self, request: Request) -> None:
-        for m in self.single_type_managers:
-            m.free(request.request_id)
+        self.coordinator.free(request.request_id)
 
     def empty_blocks(self) -> KVCacheBlocks:
-        return KVCacheBlocks(tuple([] for _ in self.single_type_managers))
+        return KVCacheBlocks(self.coordinator.empty_blocks())
 
     def get_blocks(self, request_id: str) -> KVCacheBlocks:
-        return KVCacheBlocks(tuple(list(m.req_to_blocks.get(request_id, ())) for m in self.single_type_managers))
+        return KVCacheBlocks(self.coordinator.get_blocks(request_id))
 
     def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
         return self.get_blocks(request_id).get_block_ids()
@@ -142,7 +161,7 @@ class KVCacheManager:
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash; refused (False) while any request holds blocks."""
-        if not self.block_pool.reset_prefix_cache():
+        if not self.coordinator.reset_prefix_cache():
             return False
         if self.log_stats:
             assert self.prefix_cache_stats is not None
@@ -166,13 +185,10 @@ class KVCacheManager:
     def take_events(self) -> list[KVCacheEvent]:
         """The pool's queued events; BlockStored gets its group's spec kind and window."""
         events = self.block_pool.take_events()
+        managers = self.coordinator.single_type_managers
         for ev in events:
-            if (
-                isinstance(ev, BlockStored)
-                and ev.group_idx is not None
-                and 0 <= ev.group_idx < len(self.single_type_managers)
-            ):
-                m = self.single_type_managers[ev.group_idx]
+            if isinstance(ev, BlockStored) and ev.group_idx is not None and 0 <= ev.group_idx < len(managers):
+                m = managers[ev.group_idx]
                 ev.kv_cache_spec_kind = m.kind
                 ev.kv_cache_spec_sliding_window = m.sliding_window
         return events

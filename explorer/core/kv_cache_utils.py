@@ -84,11 +84,11 @@ class FreeKVCacheBlockQueue:
             return []
         if n > self.num_free_blocks:
             raise ValueError(f"Cannot pop {n} blocks: only {self.num_free_blocks} are free")
-        out = []
-        curr = self.fake_free_list_head.next_free_block
+        out: list[KVCacheBlock] = []
+        curr = _link(self.fake_free_list_head.next_free_block)
         for _ in range(n):
             out.append(curr)
-            nxt = curr.next_free_block
+            nxt = _link(curr.next_free_block)
             curr.prev_free_block = curr.next_free_block = None
             curr = nxt
         self.fake_free_list_head.next_free_block = curr
@@ -103,8 +103,9 @@ class FreeKVCacheBlockQueue:
         self._unlink(block)
 
     def _unlink(self, block: KVCacheBlock) -> None:
-        block.prev_free_block.next_free_block = block.next_free_block
-        block.next_free_block.prev_free_block = block.prev_free_block
+        prev, nxt = _link(block.prev_free_block), _link(block.next_free_block)
+        prev.next_free_block = nxt
+        nxt.prev_free_block = prev
         block.prev_free_block = block.next_free_block = None
         self.num_free_blocks -= 1
 
@@ -115,7 +116,7 @@ class FreeKVCacheBlockQueue:
         """Add blocks at the tail, keeping their order (the last one becomes the tail)."""
         if not blocks:
             return
-        last = self.fake_free_list_tail.prev_free_block
+        last = _link(self.fake_free_list_tail.prev_free_block)
         for block in blocks:
             block.prev_free_block = last
             last.next_free_block = block
@@ -128,7 +129,7 @@ class FreeKVCacheBlockQueue:
         """Add blocks at the head, keeping their order (``blocks[0]`` becomes the head)."""
         if not blocks:
             return
-        first = self.fake_free_list_head.next_free_block
+        first = _link(self.fake_free_list_head.next_free_block)
         prev = self.fake_free_list_head
         for block in blocks:
             block.prev_free_block = prev
@@ -140,18 +141,24 @@ class FreeKVCacheBlockQueue:
 
     def get_all_free_blocks(self) -> list[KVCacheBlock]:
         """Every free block, head (next out) to tail."""
-        out = []
-        curr = self.fake_free_list_head.next_free_block
+        out: list[KVCacheBlock] = []
+        curr = _link(self.fake_free_list_head.next_free_block)
         while curr is not self.fake_free_list_tail:
             out.append(curr)
-            curr = curr.next_free_block
+            curr = _link(curr.next_free_block)
         return out
+
+
+def _link(block: KVCacheBlock | None) -> KVCacheBlock:
+    """A neighbour inside the list: never None between the two sentinels."""
+    assert block is not None, "free list link broken"
+    return block
 
 
 # ---- extra keys (kv_cache_utils.py:499-681) -------------------------------------------------
 
 
-def _gen_mm_extra_hash_keys(request: Request, start: int, end: int) -> list[tuple]:
+def _gen_mm_extra_hash_keys(request: Request, start: int, end: int) -> list[tuple[Any, ...]]:
     """One ``("mm", identifier, offset - start)`` per multimodal item overlapping [start, end).
 
     The offset is relative to the block start, so it is negative for an item that began in an
@@ -170,7 +177,7 @@ def _gen_mm_extra_hash_keys(request: Request, start: int, end: int) -> list[tupl
     return keys
 
 
-def generate_block_hash_extra_keys(request: Request, start: int, end: int) -> tuple | None:
+def generate_block_hash_extra_keys(request: Request, start: int, end: int) -> tuple[Any, ...] | None:
     """The extra keys of block [start, end): LoRA, then images, then cache_salt (first block
     only), each tagged with its source; None when there are none (kv_cache_utils.py:614-652).
     Prompt embeddings, the fourth kind, are not modelled.
@@ -185,7 +192,7 @@ def generate_block_hash_extra_keys(request: Request, start: int, end: int) -> tu
     return tuple(keys) if keys else None
 
 
-def to_event_extra_keys(extra_keys: Iterable[tuple | None] | None) -> list[tuple | None] | None:
+def to_event_extra_keys(extra_keys: Iterable[tuple[Any, ...] | None] | None) -> list[tuple[Any, ...] | None] | None:
     """Strip the tags for KV events: an image key becomes (identifier, offset), any other key
     its bare value (the LoRA path is dropped). One entry per block; None if there are none."""
     if not extra_keys:
@@ -198,7 +205,7 @@ def hash_block_tokens(
     ctx: HashContext,
     parent_block_hash: BlockHash | None,
     curr_block_token_ids: Sequence[int],
-    extra_keys: tuple | None = None,
+    extra_keys: tuple[Any, ...] | None = None,
 ) -> BlockHash:
     """hash_fn((parent, tuple(tokens), extra_keys)); a falsy parent means NONE_HASH."""
     if not parent_block_hash:

@@ -1,9 +1,9 @@
 """The per-KV-cache-group manager (vllm/v1/core/single_type_kv_cache_manager.py).
 
 vLLM has one such manager per KV cache group (full attention, sliding window, Mamba, ...), and
-a coordinator that asks every group. Only full attention is modelled; the base class holds
-what every group shares, so a sliding-window group would add its own ``find_longest_cache_hit``
-and skipped-block rules next to `FullAttentionManager` without touching the rest.
+a coordinator (kv_cache_coordinator.py) that asks every group. Only full attention is modelled;
+the base class holds what every group shares, so a sliding-window group adds its own
+``find_longest_cache_hit`` and skipped-block rules next to `FullAttentionManager`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from explorer.core.block_pool import BlockPool
 from explorer.core.hashing import BlockHash
+from explorer.core.kv_cache_observer import KVCacheObserver
 from explorer.core.kv_cache_utils import KVCacheBlock
 
 if TYPE_CHECKING:
@@ -28,9 +29,15 @@ class SingleTypeKVCacheManager:
     sliding_window: int | None = None
 
     def __init__(
-        self, block_pool: BlockPool, block_size: int, kv_cache_group_id: int = 0, enable_caching: bool = True
+        self,
+        block_pool: BlockPool,
+        block_size: int,
+        kv_cache_group_id: int = 0,
+        enable_caching: bool = True,
+        observer: KVCacheObserver | None = None,
     ) -> None:
         self.block_pool = block_pool
+        self.observer = observer
         self.block_size = block_size
         self.kv_cache_group_id = kv_cache_group_id
         self.enable_caching = enable_caching
@@ -47,12 +54,19 @@ class SingleTypeKVCacheManager:
         New blocks for the slots, *plus* every hit block that is free now: touching it takes it
         out of the free queue just as surely as popping a new block does.
         """
+        num_new, num_evictable = self.get_num_new_and_evictable_blocks(request_id, num_tokens, new_computed_blocks)
+        return num_new + num_evictable
+
+    def get_num_new_and_evictable_blocks(
+        self, request_id: str, num_tokens: int, new_computed_blocks: Sequence[KVCacheBlock]
+    ) -> tuple[int, int]:
+        """The two terms of `get_num_blocks_to_allocate`, apart (the admission check reports both)."""
         num_required = cdiv(num_tokens, self.block_size)
         num_req_blocks = len(self.req_to_blocks.get(request_id, ()))
         if request_id in self.num_cached_block:  # running: no new hits to adopt
-            return max(num_required - num_req_blocks, 0)
+            return max(num_required - num_req_blocks, 0), 0
         num_new = max(num_required - (len(new_computed_blocks) + num_req_blocks), 0)
-        return num_new + self.get_num_evictable_blocks(new_computed_blocks)
+        return num_new, self.get_num_evictable_blocks(new_computed_blocks)
 
     @staticmethod
     def get_num_evictable_blocks(blocks: Sequence[KVCacheBlock]) -> int:
@@ -82,6 +96,8 @@ class SingleTypeKVCacheManager:
     def cache_blocks(self, request: Request, num_tokens: int) -> None:
         """Hash every block that is full within the first ``num_tokens`` tokens."""
         num_cached = self.num_cached_block.get(request.request_id, 0)
+        if self.observer is not None:
+            self.observer.on_cache_blocks(request.request_id, self.kv_cache_group_id, num_tokens, num_cached)
         num_full = num_tokens // self.block_size
         if num_cached >= num_full:
             return
@@ -116,10 +132,17 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         ``max_length // block_size`` blocks are probed.
         """
         hits: list[KVCacheBlock] = []
-        group_ids = [self.kv_cache_group_id]
+        gid = self.kv_cache_group_id
+        group_ids = [gid]
+        observer = self.observer
         for block_hash in block_hashes[: max_length // self.block_size]:
             cached = self.block_pool.get_cached_block(block_hash, group_ids)
             if cached is None:
+                if observer is not None:
+                    observer.on_lookup_probe(gid, len(hits), None)
                 break
-            hits.append(cached[0])
+            (block,) = cached
+            if observer is not None:
+                observer.on_lookup_probe(gid, len(hits), block.block_id)
+            hits.append(block)
         return hits

@@ -109,7 +109,7 @@ def check_invariants(manager: KVCacheManager, requests: Iterable[Request] = ()) 
 
     # ref_cnt == number of live block tables holding the block; no block twice in one table.
     holders: Counter[int] = Counter()
-    for m in manager.single_type_managers:
+    for m in manager.coordinator.single_type_managers:
         for rid, table in m.req_to_blocks.items():
             ids = [b.block_id for b in table if not b.is_null]
             assert len(set(ids)) == len(ids), f"request {rid!r} holds a block twice: {ids}"
@@ -127,7 +127,7 @@ def check_invariants(manager: KVCacheManager, requests: Iterable[Request] = ()) 
 
     # Blocks a request's table marks as cached carry the request's hash for that position.
     for req in requests:
-        for m in manager.single_type_managers:
+        for m in manager.coordinator.single_type_managers:
             table = m.req_to_blocks.get(req.request_id)
             if table is None:
                 continue

@@ -24,7 +24,7 @@ def ext(h):
 def snapshot(s: Sched):
     """Everything allocate_slots could change."""
     pool = s.pool
-    m = s.mgr.single_type_managers[0]
+    m = s.mgr.coordinator.single_type_managers[0]
     return (
         s.free_ids(),
         [(b.ref_cnt, b.block_hash) for b in pool.blocks],
@@ -158,7 +158,7 @@ def test_rule_28_one_group_one_pool():
     block size is the hash block size; stats only with log_stats."""
     mgr = KVCacheManager(10, 16)
     assert mgr.block_pool.num_gpu_blocks == 10
-    (m,) = mgr.single_type_managers
+    (m,) = mgr.coordinator.single_type_managers
     assert isinstance(m, FullAttentionManager) and m.block_pool is mgr.block_pool
     assert m.block_size == 16 and m.kv_cache_group_id == 0 and m.kind == "full_attention"
     assert mgr.prefix_cache_stats is not None
@@ -384,7 +384,7 @@ def test_rule_31_caching_is_capped_at_num_tokens():
     r = s.request("r", list(range(20)))
     new = s.mgr.allocate_slots(r, 40)  # more slots than tokens: 3 blocks
     assert ids(new) == [1, 2, 3]
-    assert s.mgr.single_type_managers[0].num_cached_block["r"] == 1
+    assert s.mgr.coordinator.single_type_managers[0].num_cached_block["r"] == 1
     assert s.pool.blocks[2].block_hash is None
 
 
@@ -454,7 +454,7 @@ def test_rule_32_free_returns_blocks_in_reverse_and_drops_bookkeeping():
     r = s.request("r", list(range(48)))
     s.admit(r)
     s.finish(r)
-    m = s.mgr.single_type_managers[0]
+    m = s.mgr.coordinator.single_type_managers[0]
     assert "r" not in m.req_to_blocks and "r" not in m.num_cached_block
     assert s.free_ids() == [4, 5, 6, 7, 3, 2, 1]
 
@@ -481,14 +481,14 @@ def test_rule_33_no_caching_when_caching_is_off():
     assert len(r.block_hashes) == 2
     s.mgr.allocate_slots(r, 40)
     assert len(s.pool.cached_block_hash_to_block) == 0
-    assert s.mgr.single_type_managers[0].num_cached_block == {}
+    assert s.mgr.coordinator.single_type_managers[0].num_cached_block == {}
 
 
 def test_rule_34_cache_blocks_caches_up_to_n_over_bs():
     """Rule 34: num_full = n // bs; nothing if num_cached_block >= num_full; then
     num_cached_block = num_full."""
     s = Sched(8, events=True)
-    m = s.mgr.single_type_managers[0]
+    m = s.mgr.coordinator.single_type_managers[0]
     r = s.request("r", list(range(50)))
     m.allocate_new_blocks("r", 50)
     m.cache_blocks(r, 15)
@@ -512,12 +512,12 @@ def test_rule_34_hit_blocks_are_never_recached():
     same = s.request("same", list(range(50)))
     assert s.admit(same) == (48, [5])
     assert s.mgr.take_events() == []
-    assert s.mgr.single_type_managers[0].num_cached_block["same"] == 3
+    assert s.mgr.coordinator.single_type_managers[0].num_cached_block["same"] == 3
     b = s.request("B", list(range(32)) + list(range(300, 318)))
     assert s.admit(b)[0] == 32
     (ev,) = s.mgr.take_events()
     assert ev.block_hashes == [ext(b.block_hashes[2])]
-    assert s.mgr.single_type_managers[0].num_cached_block["B"] == 3
+    assert s.mgr.coordinator.single_type_managers[0].num_cached_block["B"] == 3
     check_invariants(s.mgr, [a, same, b])
 
 
@@ -591,7 +591,7 @@ def test_rule_36_out_of_range_group_is_skipped():
 def test_rule_37_walk_stops_at_the_first_miss():
     """Rule 37: walk hashes[: max_length // bs] from block 0 and stop at the first miss."""
     s = Sched(16)
-    m = s.mgr.single_type_managers[0]
+    m = s.mgr.coordinator.single_type_managers[0]
     a = s.request("A", list(range(64)))
     s.admit(a)
     s.finish(a)
@@ -606,7 +606,7 @@ def test_rule_37_walk_stops_at_the_first_miss():
 def test_rule_37_max_length_limits_the_probe():
     """Rule 37: at most max_length // bs blocks are probed; hit = len * bs."""
     s = Sched(16)
-    m = s.mgr.single_type_managers[0]
+    m = s.mgr.coordinator.single_type_managers[0]
     a = s.request("A", list(range(64)))
     s.admit(a)
     assert len(m.find_longest_cache_hit(a.block_hashes, 63)) == 3

@@ -56,7 +56,7 @@ class Driver:
     # ---- operations --------------------------------------------------------------------------
 
     def snapshot(self):
-        pool, m = self.s.pool, self.s.mgr.single_type_managers[0]
+        pool, m = self.s.pool, self.s.mgr.coordinator.single_type_managers[0]
         return (
             self.s.free_ids(),
             [(b.ref_cnt, b.block_hash) for b in pool.blocks],
@@ -130,7 +130,7 @@ class Driver:
 
     def finish(self, rid):
         self.s.finish(self.live.pop(rid))
-        assert rid not in self.s.mgr.single_type_managers[0].req_to_blocks
+        assert rid not in self.s.mgr.coordinator.single_type_managers[0].req_to_blocks
 
     def preempt(self, rid):
         self.s.preempt(self.live[rid])
@@ -140,7 +140,7 @@ class Driver:
         idle = pool.get_num_free_blocks() == pool.num_gpu_blocks - 1
         before = self.snapshot()
         ok = self.s.mgr.reset_prefix_cache()
-        assert ok == idle == (not self.s.mgr.single_type_managers[0].req_to_blocks)
+        assert ok == idle == (not self.s.mgr.coordinator.single_type_managers[0].req_to_blocks)
         if ok:
             assert len(pool.cached_block_hash_to_block) == 0
             assert all(b.block_hash is None for b in pool.blocks)
@@ -156,7 +156,7 @@ class Driver:
         mgr = self.s.mgr
         check_invariants(mgr, self.live.values())
 
-        m = mgr.single_type_managers[0]
+        m = mgr.coordinator.single_type_managers[0]
         for rid, req in self.live.items():
             table = m.req_to_blocks.get(rid, [])
             assert len(table) == cdiv(req.num_computed_tokens, self.bs), (rid, len(table), req.num_computed_tokens)

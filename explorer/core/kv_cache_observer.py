@@ -1,0 +1,77 @@
+"""What the core tells an observer: each decision a panel draws, reported where it is made.
+
+vLLM's block pool reports allocations, accesses and evictions to a ``KVCacheMetricsCollector``
+(vllm/v1/core/kv_cache_metrics.py). This observer follows the same idea one level finer: the
+per-group managers report each lookup probe and the blocks they cache, the manager reports its
+admission check, and the pool reports each touched, popped and freed block. A replay that draws
+panels records these reports instead of predicting what the core would do, so a panel can never
+disagree with the engine. Without an observer (``None``) each call site costs one test.
+
+The observer only listens: the core never reads anything back from it.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from explorer.core.hashing import BlockHash
+
+
+class FreedTo(enum.Enum):
+    """Where ``free_blocks`` put a block whose ref_cnt it dropped."""
+
+    FRONT = "front"  # ref_cnt 0 and no hash: reused first, it can never be hit
+    BACK = "back"  # ref_cnt 0 with a hash: least recently freed is evicted first
+    HELD = "held"  # still referenced by another request: not in the free queue
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionCheck:
+    """``allocate_slots``' capacity check (kv_cache_manager.py:558-576), as it was decided.
+
+    Required blocks = new blocks for the slots + hit blocks that sit in the free queue now
+    (touching them takes them out of it as surely as popping does).
+    """
+
+    request_id: str
+    num_new_tokens: int
+    num_computed_tokens: int  # already computed + this call's new hits
+    num_tokens_need_slot: int
+    num_new_blocks: int
+    num_evictable_hit_blocks: int
+    num_free_blocks: int
+    ok: bool
+
+    @property
+    def num_required_blocks(self) -> int:
+        return self.num_new_blocks + self.num_evictable_hit_blocks
+
+
+class KVCacheObserver:
+    """Receives the core's reports. Every method does nothing here: override what you record."""
+
+    def on_lookup_probe(self, group_id: int, block_index: int, block_id: int | None) -> None:
+        """``find_longest_cache_hit`` probed hash ``block_index``: a hit on ``block_id``, or
+        the first miss (``None``), after which the walk stops."""
+
+    def on_admission_check(self, check: AdmissionCheck) -> None:
+        """``allocate_slots`` decided whether the request fits."""
+
+    def on_touch(self, block_id: int, left_free_queue: bool) -> None:
+        """A hit block got ref_cnt + 1; ``left_free_queue`` if it was free (ref_cnt was 0)."""
+
+    def on_pop(self, block_id: int, evicted_hash: BlockHash | None) -> None:
+        """``get_new_blocks`` popped a block from the free-queue head; ``evicted_hash`` is the
+        digest it lost (``None`` if it held no hash)."""
+
+    def on_cache_blocks(self, request_id: str, group_id: int, num_tokens: int, num_cached_blocks: int) -> None:
+        """A group's ``cache_blocks`` ran for the first ``num_tokens`` tokens, with
+        ``num_cached_blocks`` of the request's blocks already cached."""
+
+    def on_cache(self, block_id: int, block_index: int, block_hash: BlockHash, duplicates: tuple[int, ...]) -> None:
+        """``cache_full_blocks`` gave block ``block_index`` of a request its hash;
+        ``duplicates`` are the other blocks already cached under the same key."""
+
+    def on_free(self, block_id: int, ref_cnt: int, freed_to: FreedTo) -> None:
+        """``free_blocks`` dropped the block's ref_cnt to ``ref_cnt`` and put it ``freed_to``."""
