@@ -24,9 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from explorer.randgen import random_scenario, scenario_tokens
-from explorer.scenario import Scenario, parse_scenario_dict
-from explorer.trace import ScenarioEngine
+from explorer.scenario.engine import ScenarioEngine
+from explorer.scenario.parse import parse_scenario_dict
+from explorer.scenario.randgen import random_scenario, scenario_tokens
+from explorer.scenario.spec import Scenario
 
 REPO = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"

@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="replay a scenario TOML file")
     r.add_argument("file")
     r.add_argument("--json", action="store_true")
-    r.set_defaults(func=_lazy("explorer.scenario_cli", "cmd_run"))
+    r.set_defaults(func=_lazy("explorer.scenario.cli", "cmd_run"))
 
     t = sub.add_parser("replay", help="replay a Mooncake-format request trace")
     t.add_argument("trace")

@@ -42,13 +42,15 @@ def _parse_parts(spec: str) -> list[tuple[int, int, int]]:
         g = m.groups()
         if g[0] is not None:
             a, b = int(g[0]), int(g[1])
-            _check_int(a), _check_int(b)
+            _check_int(a)
+            _check_int(b)
             if a > b:
                 raise BadInput(f"bad token range {raw.strip()!r}: start {a} is after end {b}")
             parts.append((0, a, b))
         elif g[2] is not None:
             x, n = int(g[2]), int(g[3])
-            _check_int(x), _check_int(n)
+            _check_int(x)
+            _check_int(n)
             parts.append((1, x, n))
         else:
             x = int(g[4])
@@ -187,6 +189,11 @@ def _gguf_str(reader, key: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=2)
+def _merge_pair(merge: str) -> tuple[str, str]:
+    left, right = merge.split(" ")
+    return left, right
+
+
 def _load_tokenizer(path: str):
     """Build the tokenizer from the GGUF file at `path` (cached: the result is only read)."""
     try:
@@ -203,7 +210,7 @@ def _load_tokenizer(path: str):
     tokens = _gguf_strings(reader, "tokenizer.ggml.tokens")
     types = _gguf_ints(reader, "tokenizer.ggml.token_type")
     # Each merge is "left right"; byte-level pieces never hold a raw space, so one split is exact.
-    merges = [tuple(m.split(" ")) for m in _gguf_strings(reader, "tokenizer.ggml.merges")]
+    merges = [_merge_pair(m) for m in _gguf_strings(reader, "tokenizer.ggml.merges")]
 
     vocab = {tok: i for i, tok in enumerate(tokens)}
     # No unknown token, as in SmolLM2's own tokenizer: the few bytes this vocabulary has no token

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from explorer.scenario import load_scenario
-from explorer.trace import replay
+from explorer.scenario.engine import replay
+from explorer.scenario.parse import load_scenario
 
 REPO = Path(__file__).resolve().parents[1]
 LESSONS = REPO / "lessons"

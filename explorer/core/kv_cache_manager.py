@@ -87,9 +87,18 @@ class KVCacheManager:
         (vLLM returns a third value, a boundary that only sparse-retention groups use.)
         """
         if not self.prefix_cache_lookup_enabled(request):
+            if self.observer is not None:
+                reason = (
+                    "prefix caching is off"
+                    if not self.enable_caching
+                    else "prompt_logprobs: every prompt token must be computed"
+                )
+                self.observer.on_lookup_skipped(request.request_id, request.num_tokens, reason)
             return self.empty_blocks(), 0
         max_cache_hit_length = request.num_tokens - 1
         hits, num_hit_tokens = self.coordinator.find_longest_cache_hit(request.block_hashes, max_cache_hit_length)
+        if self.observer is not None:
+            self.observer.on_lookup(request.request_id, request.num_tokens, max_cache_hit_length, num_hit_tokens)
         return KVCacheBlocks(hits), num_hit_tokens
 
     # ---- allocation ------------------------------------------------------------------------

@@ -51,6 +51,13 @@ class AdmissionCheck:
 class KVCacheObserver:
     """Receives the core's reports. Every method does nothing here: override what you record."""
 
+    def on_lookup(self, request_id: str, num_tokens: int, max_cache_hit_length: int, num_hit_tokens: int) -> None:
+        """``get_computed_blocks`` looked the request up: at most ``max_cache_hit_length``
+        tokens could hit (num_tokens - 1), ``num_hit_tokens`` did."""
+
+    def on_lookup_skipped(self, request_id: str, num_tokens: int, reason: str) -> None:
+        """``get_computed_blocks`` did not look (caching off, or the request may not read the cache)."""
+
     def on_lookup_probe(self, group_id: int, block_index: int, block_id: int | None) -> None:
         """``find_longest_cache_hit`` probed hash ``block_index``: a hit on ``block_id``, or
         the first miss (``None``), after which the walk stops."""

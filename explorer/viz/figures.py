@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from explorer.trace import Snapshot
+from explorer.scenario.trace import Snapshot
 from explorer.viz.palette import CHANGED, OKABE_ITO, STATE_CODE, STATE_ORDER, STATES, block_letter, block_state
 
 STRIP_COLUMNS = 100

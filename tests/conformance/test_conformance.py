@@ -7,7 +7,7 @@ every step's outcome, hit, new blocks and events; the final free queue, every bl
 and hash, the hash map with its duplicates, the live requests, the stats, the reset outcomes,
 NONE_HASH and the seed it came from.
 
-Scenarios: every checked-in golden scenario (tests/golden/*.toml), every lesson scenario
+Scenarios: every checked-in golden scenario (tests/scenario/golden/*.toml), every lesson scenario
 (lessons/*.toml), both globbed at collection time, and a few hundred random valid scenarios
 from explorer.randgen with fixed seeds, sent to the driver as one pipelined batch.
 
@@ -24,15 +24,16 @@ from pathlib import Path
 
 import pytest
 
-from explorer.randgen import random_scenario
-from explorer.scenario import Scenario, load_scenario, parse_scenario_dict
-from explorer.trace import replay
+from explorer.scenario.engine import replay
+from explorer.scenario.parse import load_scenario, parse_scenario_dict
+from explorer.scenario.randgen import random_scenario
+from explorer.scenario.spec import Scenario
 from tests.conformance.oracle import compare
 
 pytestmark = pytest.mark.conformance
 
 REPO = Path(__file__).resolve().parents[2]
-GOLDEN = sorted((REPO / "tests" / "golden").glob("*.toml"))
+GOLDEN = sorted((REPO / "tests" / "scenario" / "golden").glob("*.toml"))
 LESSONS = sorted((REPO / "lessons").glob("*.toml"))
 
 RANDOM_SEEDS = range(300)
@@ -79,7 +80,7 @@ def _check_file(vllm_oracle, path: Path) -> None:
 
 
 def test_golden_scenarios_exist():
-    assert GOLDEN, "no tests/golden/*.toml: the conformance tier needs at least one golden scenario"
+    assert GOLDEN, "no tests/scenario/golden/*.toml: the conformance tier needs at least one golden scenario"
 
 
 def test_lesson_scenarios_exist():

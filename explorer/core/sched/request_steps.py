@@ -45,12 +45,11 @@ class RequestSteps:
         self.running: list[Request] = []
 
     def lookup(self, request: Request) -> tuple[KVCacheBlocks | None, int]:
-        """The local hit of a request that computes from token 0, or none (a later chunk, or a
-        request that may not read the cache)."""
-        mgr = self.kv_cache_manager
-        if request.num_computed_tokens > 0 or not mgr.prefix_cache_lookup_enabled(request):
+        """The local hit of a request that computes from token 0 (empty when it may not read
+        the cache); none for a later chunk, which only continues."""
+        if request.num_computed_tokens > 0:
             return None, 0
-        return mgr.get_computed_blocks(request)
+        return self.kv_cache_manager.get_computed_blocks(request)
 
     def admit(self, request: Request, max_new_tokens: int | None = None) -> Admitted:
         """Lookup (first chunk only) and allocate_slots for the rest of the prompt, or for at

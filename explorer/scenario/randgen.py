@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from explorer.core.request import RequestStatus
-from explorer.scenario import CLI_LIMITS, Scenario, _Ctx, _LoraRegistry, _step, parse_scenario_dict
+from explorer.scenario.engine import ScenarioEngine
+from explorer.scenario.parse import StepParser, parse_scenario_dict
+from explorer.scenario.spec import ENGINE_DEFAULTS, Scenario
 from explorer.tokens import format_token_spec
 
 __all__ = ["Profile", "PROFILES", "random_scenario", "scenario_tokens"]
 
-DEFAULT_MAX_MODEL_LEN = 1048576
 _LORA_NAMES = ("sql", "chat", "math")
 _SALTS = ("s1", "s2", "tenant-a", "")  # an empty salt adds no key, in vLLM as here
 _EXPLICIT_SEEDS = ("0", "1", "42", "abc", "vllm-none-hash", "prefix-cache")
@@ -92,7 +93,7 @@ PROFILES: dict[str, Profile] = {
         engine={
             "block_size": 16,
             "num_blocks": 320,
-            "max_model_len": DEFAULT_MAX_MODEL_LEN,
+            "max_model_len": ENGINE_DEFAULTS["max_model_len"],
             "hash_algo": "sha256",
             "hash_seed": "",
             "enable_prefix_caching": True,
@@ -157,7 +158,7 @@ class _Gen:
         self.p = profile
         self.engine_raw = engine
         self.bs = engine.get("block_size", 16)
-        self.max_len = engine.get("max_model_len", DEFAULT_MAX_MODEL_LEN)
+        self.max_len = engine.get("max_model_len", ENGINE_DEFAULTS["max_model_len"])
         rng = self.rng
         # One path per LoRA name in a scenario: the default or an explicit one.
         self.lora_paths: dict[str, str | None] = {
@@ -202,7 +203,7 @@ class _Gen:
             return []
         k = min(rng.randint(1, 3), (hi - lo) // 2)
         cuts = sorted(rng.sample(range(lo, hi + 1), 2 * k))
-        out = []
+        out: list[tuple[str, int, int]] = []
         for i in range(k):
             # Identifiers repeat across prompts: the same image at another place.
             self.images += 1
@@ -307,8 +308,6 @@ def random_scenario(
     ``profile`` picks the mix (`PROFILES`: "mixed" draws engine settings per seed, "bench" is
     one long serving-like run). ``engine`` overrides engine keys.
     """
-    from explorer.trace import ScenarioEngine
-
     prof = PROFILES[profile] if isinstance(profile, str) else profile
     rng = random.Random(f"{prof.name}:{seed}:engine")
     eng = dict(prof.engine) if prof.engine is not None else _draw_engine(rng)
@@ -326,7 +325,7 @@ def random_scenario(
     if cfg.enable_prefix_caching and not cfg.hash_seed and cfg.hash_algo.startswith("xxhash"):
         seed_override = "0"
     sim = ScenarioEngine(base, seed_override, record=False)
-    ctx, loras = _Ctx("<random>"), _LoraRegistry()
+    parser = StepParser("<random>", cfg)
 
     steps: list[dict[str, Any]] = []
     ids_ever: list[str] = []
@@ -398,8 +397,7 @@ def random_scenario(
                 step["running"] = True
             elif rng.random() < 0.3:
                 step["running"] = False
-        op = _step(ctx, index, step, cfg, loras, CLI_LIMITS)
-        sim.apply(op)
+        sim.apply(parser.parse(index, step))
         if step["op"] == "finish":
             finished.append(step["id"])
         steps.append(step)

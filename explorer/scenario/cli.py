@@ -10,8 +10,9 @@ import argparse
 import json
 import sys
 
-from explorer.scenario import load_scenario
-from explorer.trace import Step, Trace, replay
+from explorer.scenario.engine import replay
+from explorer.scenario.parse import load_scenario
+from explorer.scenario.trace import Step, Trace
 
 
 def id_ranges(ids) -> str:
@@ -34,8 +35,10 @@ def describe_step(step: Step, block_size: int) -> str:
     who = f" {op.id}" if op.id is not None else ""
     head = f"{op.index + 1:>3}. {op.op}{who}"
     parts: list[str] = []
+    snap = step.snapshot
+    assert snap is not None, "the text form describes a recorded replay"
     if op.op == "arrive":
-        req = step.snapshot.request(op.id)  # type: ignore[arg-type]
+        req = snap.request(op.id or "")
         n = req.num_tokens if req else len(op.prompt)
         parts.append(f"{n} tokens, {len(step.hashed)} full blocks hashed, {n % block_size} tokens in the partial tail")
     if step.lookup is not None:
@@ -51,7 +54,7 @@ def describe_step(step: Step, block_size: int) -> str:
         for a in step.admissions:
             verdict = "ok" if a.ok else "NO ROOM"
             parts.append(
-                f"need {a.new_blocks_needed} new + {a.free_hit_blocks} free hit = {a.required} of {a.free_blocks} free: {verdict}"
+                f"need {a.num_new_blocks} new + {a.num_evictable_hit_blocks} free hit = {a.num_required_blocks} of {a.num_free_blocks} free: {verdict}"
             )
     if op.op in ("sample", "generate") and step.hashed:
         parts.append(f"{len(step.hashed)} new block hashes")
@@ -76,17 +79,17 @@ def describe_step(step: Step, block_size: int) -> str:
         parts.append("cache reset" if step.ok else "reset REFUSED (blocks still in use)")
     if step.events:
         parts.append("events " + ", ".join(type(e).__name__ for e in step.events))
-    parts.append(f"free {step.snapshot.num_free_blocks}")
+    parts.append(f"free {snap.num_free_blocks}")
     return head + ": " + "; ".join(parts)
 
 
 def render_text(trace: Trace) -> str:
     bs = trace.scenario.engine.block_size
     lines = [f"{trace.scenario.title} ({trace.scenario.source})"]
-    if trace.hash_seed is not None:
+    if trace.hash_seed is not None and trace.none_hash is not None:
         lines.append(
             f"hash {trace.scenario.engine.hash_algo}, seed {trace.hash_seed!r}, NONE_HASH {trace.none_hash.hex()[:16]}..."
-        )  # type: ignore[union-attr]
+        )
     else:
         lines.append("prefix caching off: no block hashes")
     lines += [describe_step(s, bs) for s in trace.steps]
@@ -99,7 +102,10 @@ def render_text(trace: Trace) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    trace = replay(load_scenario(args.file))
+    # The JSON needs only each step's outcome and the final state: a lean replay keeps no
+    # per-step snapshot (but those `expect` needs) and records no panels. The text form
+    # describes each step, so it records everything.
+    trace = replay(load_scenario(args.file), record=not args.json)
     if args.json:
         sys.stdout.write(json.dumps(trace.to_json()) + "\n")
     else:

@@ -1,6 +1,6 @@
 """The golden scenarios of the conformance tier replay with every expectation met.
 
-tests/golden/*.toml are worked examples whose numbers come from outside this project: the
+tests/scenario/golden/*.toml are worked examples whose numbers come from outside this project: the
 design document's example, the interview walkthrough and the shared vLLM oracle demo. The
 conformance tier replays them through vLLM's own classes too; here we check our replay and
 the facts `expect` cannot express.
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from explorer.scenario import load_scenario
-from explorer.trace import replay
+from explorer.scenario.engine import replay
+from explorer.scenario.parse import load_scenario
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 FILES = sorted(GOLDEN.glob("*.toml"))

@@ -7,9 +7,10 @@ import json
 import pytest
 
 from explorer.bench import bench_scenario, time_ours
-from explorer.randgen import PROFILES, random_scenario, scenario_tokens
-from explorer.scenario import parse_scenario_dict, parse_scenario_text
-from explorer.trace import replay
+from explorer.scenario.engine import replay
+from explorer.scenario.parse import parse_scenario_dict, parse_scenario_text
+from explorer.scenario.randgen import PROFILES, random_scenario, scenario_tokens
+from explorer.scenario.write import scenario_to_toml
 
 SEEDS = range(50)
 NUM_OPS = 120
@@ -60,7 +61,7 @@ def test_prefix_of_a_longer_run_is_the_shorter_run():
 def test_round_trips_through_toml(seed):
     raw = random_scenario(seed, 60)
     scenario = parse_scenario_dict(raw)
-    again = parse_scenario_text(scenario.to_toml())
+    again = parse_scenario_text(scenario_to_toml(scenario))
     hash_seed = replay(scenario).hash_seed
     assert again.normalized(hash_seed) == scenario.normalized(hash_seed)
 

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from explorer.errors import BadInput
-from explorer.scenario import parse_scenario_text
-from explorer.trace import replay
+from explorer.scenario.engine import replay
+from explorer.scenario.parse import parse_scenario_text
+from explorer.scenario.write import scenario_to_toml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 HEAD = "[engine]\nblock_size = 4\nnum_blocks = 8\n"
 
@@ -217,7 +218,7 @@ def test_scenario_round_trips_through_toml() -> None:
     sc = parse_scenario_text(
         steps(ARRIVE_A + '\ncache_salt = "t1"\nmm = [{id = "i", offset = 2, length = 3}]', ADMIT_A + "\ntokens = 4")
     )
-    again = parse_scenario_text(sc.to_toml())
+    again = parse_scenario_text(scenario_to_toml(sc))
     assert replay(again).to_json() == replay(sc).to_json()
 
 

@@ -10,6 +10,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from explorer.scenario.spec import Scenario
+
 
 def toml_value(v: Any) -> str:
     if isinstance(v, bool):
@@ -42,3 +44,8 @@ def dumps_scenario(title: str, description: str, engine: Mapping[str, Any], step
         lines += ["", "[[steps]]"]
         lines += [f"{_key(k)} = {toml_value(v)}" for k, v in step.items()]
     return "\n".join(lines) + "\n"
+
+
+def scenario_to_toml(scenario: Scenario) -> str:
+    """A scenario as TOML again (the session download): its tables as they were read."""
+    return dumps_scenario(scenario.title, scenario.description, scenario.engine.as_dict(), scenario.raw_steps)

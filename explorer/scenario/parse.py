@@ -4,7 +4,7 @@ A scenario is an engine setup plus a list of steps (`arrive`, `admit`, `sample`,
 `generate`, `finish`, `preempt`, `reset`). Parsing checks everything that can be checked
 without running the engine: types, unknown keys, token specs, lengths, LoRA paths, image
 placeholders, `expect` keys. Checks that depend on the engine state (is this id live, is
-there anything left to compute) happen during replay, in `explorer.trace`.
+there anything left to compute) happen during replay, in `explorer.scenario.engine`.
 
 Every error is a `BadInput` naming the file, the step and the field, e.g.
 ``lessons/03_lookup.toml: step 4 (admit B): tokens: expected a positive integer``.
@@ -14,183 +14,25 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from explorer.core.hashing import HASH_ALGOS, resolve_none_hash_seed
+from explorer.core.hashing import HASH_ALGOS
 from explorer.errors import BadInput, read_user_file
-from explorer.tokens import parse_token_list, spec_length
-
-OPS = ("arrive", "admit", "sample", "decode", "generate", "finish", "preempt", "reset")
-
-ENGINE_DEFAULTS: dict[str, Any] = {
-    "block_size": 16,
-    "num_blocks": 300,
-    "max_model_len": 1048576,
-    "hash_algo": "sha256",
-    "hash_seed": "",
-    "enable_prefix_caching": True,
-    "events": True,
-    "int_block_hashes": True,
-}
-
-# Keys each op accepts besides `op`, `note` and `expect`.
-OP_KEYS: dict[str, frozenset[str]] = {
-    "arrive": frozenset({"id", "prompt", "text", "lora", "lora_path", "cache_salt", "mm", "prompt_logprobs"}),
-    "admit": frozenset({"id", "tokens"}),
-    "sample": frozenset({"id", "tokens"}),
-    "decode": frozenset({"id"}),
-    "generate": frozenset({"id", "tokens"}),
-    "finish": frozenset({"id"}),
-    "preempt": frozenset({"id"}),
-    "reset": frozenset({"running"}),
-}
-
-_STATS_KEYS = (
-    "stats_requests",
-    "stats_queries",
-    "stats_hits",
-    "stats_preempted_requests",
-    "stats_preempted_queries",
-    "stats_preempted_hits",
+from explorer.scenario.spec import (
+    CLI_LIMITS,
+    ENGINE_DEFAULTS,
+    EXPECT_KEYS,
+    OP_KEYS,
+    OPS,
+    EngineConfig,
+    Limits,
+    LoraSpec,
+    MMSpec,
+    Op,
+    Scenario,
 )
-_COMMON_EXPECT = frozenset({"ok", "num_free_blocks", "free_queue", "event_types", *_STATS_KEYS})
-# `expect` keys per op: a key for a field the op does not report is bad input.
-EXPECT_KEYS: dict[str, frozenset[str]] = {
-    op: _COMMON_EXPECT
-    | ({"hit_tokens"} if op == "admit" else set())
-    | ({"new_block_ids"} if op in ("admit", "decode", "generate") else set())
-    for op in OPS
-}
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Caps for untrusted scenarios (the web app); the CLI uses the generous defaults."""
-
-    max_prompt_tokens: int = 1 << 22
-    max_total_tokens: int = 1 << 24
-    max_steps: int = 100_000
-    max_blocks: int = 1 << 22
-
-
-CLI_LIMITS = Limits()
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    block_size: int = 16
-    num_blocks: int = 300
-    max_model_len: int = 1048576
-    hash_algo: str = "sha256"
-    hash_seed: str = ""  # "" = vLLM's default (PYTHONHASHSEED unset)
-    enable_prefix_caching: bool = True
-    events: bool = True
-    int_block_hashes: bool = True
-
-    def resolve_seed(self) -> str | None:
-        """The seed string NONE_HASH will be hashed from (draws one for xxhash without a seed);
-        None when prefix caching is off, because vLLM then builds no hasher at all."""
-        if not self.enable_prefix_caching:
-            return None
-        return resolve_none_hash_seed(self.hash_algo, self.hash_seed or None)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ENGINE_DEFAULTS}
-
-
-@dataclass(frozen=True)
-class LoraSpec:
-    name: str
-    id: int  # 1, 2, ... in order of first appearance in the scenario
-    path: str
-
-
-@dataclass(frozen=True)
-class MMSpec:
-    id: str
-    offset: int
-    length: int
-
-
-@dataclass(frozen=True)
-class Op:
-    """One step of a scenario, validated, with token specs expanded."""
-
-    index: int  # 0-based position in the scenario
-    op: str
-    id: str | None = None
-    prompt: tuple[int, ...] = ()
-    text: str | None = None
-    lora: LoraSpec | None = None
-    cache_salt: str | None = None
-    mm: tuple[MMSpec, ...] = ()
-    prompt_logprobs: bool = False
-    tokens: int | tuple[int, ...] | None = None  # admit: a count; sample/generate: token ids
-    running: bool = False
-    note: str | None = None
-    expect: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def label(self) -> str:
-        """How messages name this step: 1-based number, op and id."""
-        who = f" {self.id}" if self.id is not None else ""
-        return f"step {self.index + 1} ({self.op}{who})"
-
-    def normalized(self) -> dict[str, Any]:
-        """The JSON form the conformance oracle reads (every spec already expanded)."""
-        d: dict[str, Any] = {"op": self.op}
-        if self.op == "reset":
-            d["running"] = self.running
-            return d
-        d["id"] = self.id
-        if self.op == "arrive":
-            d["prompt"] = list(self.prompt)
-            d["lora"] = (
-                None if self.lora is None else {"name": self.lora.name, "id": self.lora.id, "path": self.lora.path}
-            )
-            d["cache_salt"] = self.cache_salt
-            d["mm"] = [{"id": m.id, "offset": m.offset, "length": m.length} for m in self.mm]
-            d["prompt_logprobs"] = self.prompt_logprobs
-        elif self.op == "admit":
-            d["tokens"] = self.tokens
-        elif self.op in ("sample", "generate"):
-            d["tokens"] = list(self.tokens or ())
-        return d
-
-
-@dataclass(frozen=True)
-class Scenario:
-    title: str
-    engine: EngineConfig
-    ops: tuple[Op, ...]
-    source: str = "<scenario>"
-    description: str = ""
-    # The TOML tables as read, so a session can be written back out (`to_toml`).
-    raw_steps: tuple[Mapping[str, Any], ...] = ()
-
-    def normalized(self, hash_seed: str | None) -> dict[str, Any]:
-        engine = self.engine.as_dict()
-        engine["hash_seed"] = hash_seed
-        return {"engine": engine, "ops": [op.normalized() for op in self.ops]}
-
-    def with_engine(self, **changes: Any) -> Scenario:
-        """The same steps under other engine settings (re-validated)."""
-        raw = {"title": self.title, "description": self.description, "engine": {**self.engine.as_dict(), **changes}}
-        raw["steps"] = [dict(s) for s in self.raw_steps]
-        return parse_scenario_dict(raw, self.source)
-
-    def with_steps(self, extra_steps: Sequence[Mapping[str, Any]], limits: Limits = CLI_LIMITS) -> Scenario:
-        raw = {"title": self.title, "description": self.description, "engine": self.engine.as_dict()}
-        raw["steps"] = [dict(s) for s in self.raw_steps] + [dict(s) for s in extra_steps]
-        return parse_scenario_dict(raw, self.source, limits)
-
-    def to_toml(self) -> str:
-        from explorer.toml_write import dumps_scenario
-
-        return dumps_scenario(self.title, self.description, self.engine.as_dict(), self.raw_steps)
-
+from explorer.tokens import parse_token_list, spec_length
 
 # ---- parsing ----------------------------------------------------------------------------------
 
@@ -415,6 +257,20 @@ def _arrive(ctx, i, label, raw, rid, engine, loras, limits, note, expect) -> Op:
     )
 
 
+class StepParser:
+    """Validates steps one at a time, exactly as a scenario file's steps are validated (LoRA
+    ids carry over from step to step). The random scenario generator builds through it."""
+
+    def __init__(self, source: str, engine: EngineConfig, limits: Limits = CLI_LIMITS) -> None:
+        self._ctx = _Ctx(source)
+        self._engine = engine
+        self._limits = limits
+        self._loras = _LoraRegistry()
+
+    def parse(self, index: int, raw: Any) -> Op:
+        return _step(self._ctx, index, raw, self._engine, self._loras, self._limits)
+
+
 def parse_scenario_dict(data: Mapping[str, Any], source: str = "<scenario>", limits: Limits = CLI_LIMITS) -> Scenario:
     ctx = _Ctx(source)
     if not isinstance(data, Mapping):
@@ -430,8 +286,8 @@ def parse_scenario_dict(data: Mapping[str, Any], source: str = "<scenario>", lim
         raise ctx.fail("steps", "expected an array of tables ([[steps]])")
     if len(steps) > limits.max_steps:
         raise ctx.fail("steps", f"{len(steps):,} steps, more than the limit {limits.max_steps:,}")
-    loras = _LoraRegistry()
-    ops = tuple(_step(ctx, i, s, engine, loras, limits) for i, s in enumerate(steps))
+    parser = StepParser(source, engine, limits)
+    ops = tuple(parser.parse(i, s) for i, s in enumerate(steps))
     total = sum(len(o.prompt) + (len(o.tokens) if isinstance(o.tokens, tuple) else 0) for o in ops)
     if total > limits.max_total_tokens:
         raise ctx.fail("steps", f"{total:,} tokens in all, more than the limit {limits.max_total_tokens:,}")
@@ -460,13 +316,23 @@ def parse_scenario_bytes(raw: bytes, source: str, limits: Limits = CLI_LIMITS) -
     return parse_scenario_text(text, source, limits)
 
 
-def replace_engine_seed(scenario: Scenario, seed: str) -> Scenario:
-    """The scenario with an explicit hash seed (keeps a drawn xxhash seed across reruns)."""
-    return replace(scenario, engine=replace(scenario.engine, hash_seed=seed))
+def with_engine(scenario: Scenario, **changes: Any) -> Scenario:
+    """The same steps under other engine settings (re-validated)."""
+    raw: dict[str, Any] = {
+        "title": scenario.title,
+        "description": scenario.description,
+        "engine": {**scenario.engine.as_dict(), **changes},
+        "steps": [dict(s) for s in scenario.raw_steps],
+    }
+    return parse_scenario_dict(raw, scenario.source)
 
 
-def replay(scenario: Scenario, **kwargs: Any):
-    """Replay a scenario into a `Trace` (see explorer.trace.replay)."""
-    from explorer.trace import replay as _replay
-
-    return _replay(scenario, **kwargs)
+def with_steps(scenario: Scenario, extra_steps: Sequence[Mapping[str, Any]], limits: Limits = CLI_LIMITS) -> Scenario:
+    """The scenario with more steps after its own (the playground's edits), re-validated."""
+    raw: dict[str, Any] = {
+        "title": scenario.title,
+        "description": scenario.description,
+        "engine": scenario.engine.as_dict(),
+        "steps": [dict(s) for s in scenario.raw_steps] + [dict(s) for s in extra_steps],
+    }
+    return parse_scenario_dict(raw, scenario.source, limits)

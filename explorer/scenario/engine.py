@@ -1,0 +1,359 @@
+"""Replay a scenario through the engine core into a `Trace`.
+
+`ScenarioEngine` turns each op of design section 3 into the manager-level calls of
+`RequestSteps` (explorer/core/sched/request_steps.py), the one place that makes them in vLLM's
+scheduler order. With ``record=True`` a `StepRecorder` observes the core and keeps what it
+reports for the panels, and every step keeps a snapshot of the pool; with ``record=False``
+(tools, `run --json`, benchmarks) there is no observer and only the steps that carry an
+`expect`, plus the final state, are snapshotted. The web app never mutates an engine: it
+replays to step k and renders that snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from explorer.core.hashing import BlockHash, HashContext, init_none_hash
+from explorer.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
+from explorer.core.kv_cache_observer import AdmissionCheck, FreedTo, KVCacheObserver
+from explorer.core.kv_cache_utils import generate_block_hash_extra_keys, get_request_block_hasher
+from explorer.core.metrics import CachingMetrics, PrefixCacheStats
+from explorer.core.request import LoRARequest, MultiModalFeature, Request, RequestStatus
+from explorer.core.sched.request_steps import RequestSteps
+from explorer.errors import BadInput
+from explorer.scenario.spec import Op, Scenario
+from explorer.scenario.trace import (
+    CacheCall,
+    CachedBlock,
+    Freed,
+    HashedBlock,
+    Lookup,
+    RequestView,
+    Snapshot,
+    Step,
+    Trace,
+    with_expectations,
+)
+
+# The replay JSON's per-request block ids are the first KV cache group's (design sections 5, 8).
+GROUP_0 = 0
+
+
+class StepError(BadInput):
+    pass
+
+
+class StepRecorder(KVCacheObserver):
+    """Keeps what the core reports during one op, in the terms the panels draw."""
+
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self.clear()
+
+    def clear(self) -> None:
+        self.lookup: Lookup | None = None
+        self.probes: list[tuple[int, bool, int | None]] = []
+        self.admissions: list[AdmissionCheck] = []
+        self.cache_calls: list[CacheCall] = []
+        self.touched: list[int] = []
+        self.touched_from_free: list[int] = []
+        self.evicted: list[tuple[int, bytes]] = []
+        self.cached: list[CachedBlock] = []
+        self.freed: list[Freed] = []
+
+    def on_lookup(self, request_id: str, num_tokens: int, max_cache_hit_length: int, num_hit_tokens: int) -> None:
+        cap = max_cache_hit_length // self.block_size
+        self.lookup = Lookup(num_tokens, cap, tuple(self.probes), num_hit_tokens)
+
+    def on_lookup_skipped(self, request_id: str, num_tokens: int, reason: str) -> None:
+        self.lookup = Lookup(num_tokens, 0, (), 0, reason)
+
+    def on_lookup_probe(self, group_id: int, block_index: int, block_id: int | None) -> None:
+        self.probes.append((block_index, block_id is not None, block_id))
+
+    def on_admission_check(self, check: AdmissionCheck) -> None:
+        self.admissions.append(check)
+
+    def on_touch(self, block_id: int, left_free_queue: bool) -> None:
+        self.touched.append(block_id)
+        if left_free_queue:
+            self.touched_from_free.append(block_id)
+
+    def on_pop(self, block_id: int, evicted_hash: BlockHash | None) -> None:
+        if evicted_hash is not None:
+            self.evicted.append((block_id, bytes(evicted_hash)))
+
+    def on_cache_blocks(self, request_id: str, group_id: int, num_tokens: int, num_cached_blocks: int) -> None:
+        self.cache_calls.append(CacheCall(group_id, num_tokens, num_cached_blocks))
+
+    def on_cache(self, block_id: int, block_index: int, block_hash: BlockHash, duplicates: tuple[int, ...]) -> None:
+        self.cached.append(CachedBlock(block_id, block_index, bytes(block_hash), duplicates))
+
+    def on_free(self, block_id: int, ref_cnt: int, freed_to: FreedTo) -> None:
+        self.freed.append(Freed(block_id, ref_cnt, freed_to.value))
+
+    def records(self) -> dict[str, Any]:
+        """The step fields recorded since `clear`."""
+        return {
+            "lookup": self.lookup,
+            "admissions": tuple(self.admissions),
+            "cache_calls": tuple(self.cache_calls),
+            "touched": tuple(self.touched),
+            "touched_from_free": tuple(self.touched_from_free),
+            "evicted": tuple(self.evicted),
+            "cached": tuple(self.cached),
+            "freed": tuple(self.freed),
+        }
+
+
+class ScenarioEngine:
+    """A KV cache manager plus the requests of a scenario, driven op by op."""
+
+    def __init__(self, scenario: Scenario, hash_seed: str | None = None, record: bool = True) -> None:
+        self.scenario = scenario
+        self.record = record
+        cfg = scenario.engine
+        self.ctx: HashContext | None = None
+        self.hasher: Callable[[Request], list[BlockHash]] | None = None
+        if cfg.enable_prefix_caching:
+            # `hash_seed` overrides the scenario's: the resolved (maybe drawn) seed of an earlier
+            # replay, so that replaying again gives the same hashes.
+            seed = hash_seed if hash_seed is not None else (cfg.hash_seed or None)
+            self.ctx = init_none_hash(cfg.hash_algo, seed)
+            self.hasher = get_request_block_hasher(cfg.block_size, self.ctx)
+        self.recorder = StepRecorder(cfg.block_size) if record else None
+        self.manager = KVCacheManager(
+            cfg.num_blocks,
+            cfg.block_size,
+            cfg.max_model_len,
+            enable_caching=cfg.enable_prefix_caching,
+            enable_kv_cache_events=cfg.events,
+            log_stats=True,
+            use_int_block_hashes=cfg.int_block_hashes,
+            observer=self.recorder,
+        )
+        self.sched = RequestSteps(self.manager)
+        self.requests: dict[str, Request] = {}  # live (not finished), in arrival order
+        self.totals = PrefixCacheStats()
+        self.window = CachingMetrics()
+        self.reset_ok: list[bool] = []
+
+    @property
+    def pool(self) -> Any:
+        return self.manager.block_pool
+
+    # ---- one op ----------------------------------------------------------------------------
+
+    def apply(self, op: Op) -> Step:
+        """Run one op; the Step holds its outcome, events and (recording) the core's reports."""
+        out: dict[str, Any] = {"ok": True}
+        if self.recorder is not None:
+            self.recorder.clear()
+        getattr(self, f"_op_{op.op}")(op, out)
+        events = tuple(self.manager.take_events())
+        stats = self.manager.make_prefix_cache_stats()
+        assert stats is not None
+        self.totals.add(stats)
+        self.window.observe(stats)
+        new_ids = out.get("new_block_ids")
+        step = Step(
+            index=op.index,
+            op=op,
+            ok=out["ok"],
+            events=events,
+            snapshot=self.snapshot() if self.record or op.expect else None,
+            hit_tokens=out.get("hit_tokens"),
+            new_block_ids=None if new_ids is None else tuple(new_ids),
+            hashed=out.get("hashed", ()),
+            preempted=tuple(out.get("preempted", ())),
+            **(self.recorder.records() if self.recorder is not None else {}),
+        )
+        return with_expectations(step)
+
+    # ---- helpers ---------------------------------------------------------------------------
+
+    def _fail(self, op: Op, field_name: str, msg: str) -> StepError:
+        return StepError(f"{self.scenario.source}: {op.label}: {field_name}: {msg}")
+
+    def _live(self, op: Op) -> Request:
+        req = self.requests.get(op.id or "")
+        if req is None:
+            raise self._fail(op, "id", f"no live request {op.id!r} (it never arrived or has finished)")
+        return req
+
+    def _hashed_since(self, req: Request, n_before: int) -> tuple[HashedBlock, ...]:
+        if not self.record:
+            return ()
+        bs = self.scenario.engine.block_size
+        return tuple(
+            HashedBlock(
+                i, i * bs, (i + 1) * bs, req.block_hashes[i], generate_block_hash_extra_keys(req, i * bs, (i + 1) * bs)
+            )
+            for i in range(n_before, len(req.block_hashes))
+        )
+
+    def _check_growth(self, op: Op, req: Request, extra: int) -> None:
+        limit = self.scenario.engine.max_model_len
+        if req.num_tokens + extra > limit:
+            raise self._fail(
+                op,
+                "tokens",
+                f"would take the request to {req.num_tokens + extra:,} tokens, past max_model_len = {limit:,}",
+            )
+
+    def _need_decodable(self, op: Op) -> Request:
+        req = self._live(op)
+        if req.status != RequestStatus.RUNNING or req.num_computed_tokens < req.num_prompt_tokens:
+            raise self._fail(
+                op,
+                "id",
+                f"request {op.id!r} must be running with its prompt fully computed (it is {req.status.value}, {req.num_computed_tokens} of {req.num_prompt_tokens} prompt tokens computed)",
+            )
+        return req
+
+    @staticmethod
+    def _ids(blocks: KVCacheBlocks | None) -> list[int]:
+        return [] if blocks is None else blocks.get_block_ids_of_group(GROUP_0)
+
+    # ---- ops -------------------------------------------------------------------------------
+
+    def _op_arrive(self, op: Op, out: dict[str, Any]) -> None:
+        if op.id in self.requests:
+            raise self._fail(op, "id", f"request {op.id!r} is already live (finish it before reusing the id)")
+        assert op.id is not None
+        lora = LoRARequest(op.lora.name, op.lora.id, op.lora.path) if op.lora else None
+        mm = [MultiModalFeature(m.id, m.offset, m.length) for m in op.mm]
+        req = Request(op.id, op.prompt, self.hasher, lora, op.cache_salt, mm, op.prompt_logprobs)
+        self.requests[req.request_id] = req
+        out["hashed"] = self._hashed_since(req, 0)
+
+    def _op_admit(self, op: Op, out: dict[str, Any]) -> None:
+        req = self._live(op)
+        if req.num_computed_tokens >= req.num_tokens:
+            raise self._fail(
+                op,
+                "id",
+                f"request {op.id!r} has nothing left to compute ({req.num_tokens} of {req.num_tokens} tokens computed)",
+            )
+        assert op.tokens is None or isinstance(op.tokens, int)
+        admitted = self.sched.admit(req, op.tokens)
+        out["hit_tokens"] = admitted.hit_tokens
+        out["ok"] = admitted.ok
+        out["new_block_ids"] = self._ids(admitted.new_blocks)
+
+    def _op_sample(self, op: Op, out: dict[str, Any]) -> None:
+        req = self._need_decodable(op)
+        tokens = op.tokens
+        assert isinstance(tokens, tuple)
+        self._check_growth(op, req, len(tokens))
+        n_before = len(req.block_hashes)
+        for t in tokens:
+            req.append_output_token_ids(t)
+        out["hashed"] = self._hashed_since(req, n_before)
+
+    def _op_decode(self, op: Op, out: dict[str, Any]) -> None:
+        req = self._need_decodable(op)
+        if req.num_tokens == req.num_computed_tokens:
+            raise self._fail(op, "id", f"request {op.id!r} has no pending token to decode (sample one first)")
+        new_blocks = self.sched.compute_pending(req)
+        out["ok"] = new_blocks is not None
+        out["new_block_ids"] = self._ids(new_blocks)
+
+    def _op_generate(self, op: Op, out: dict[str, Any]) -> None:
+        """Per token: compute what is pending, then sample it; the last one stays pending."""
+        req = self._need_decodable(op)
+        tokens = op.tokens
+        assert isinstance(tokens, tuple)
+        self._check_growth(op, req, len(tokens))
+        n_before = len(req.block_hashes)
+        new_ids: list[int] = []
+        for t in tokens:
+            if req.num_tokens > req.num_computed_tokens:
+                new_blocks = self.sched.compute_pending(req)
+                if new_blocks is None:
+                    out["ok"] = False
+                    break
+                new_ids.extend(self._ids(new_blocks))
+            req.append_output_token_ids(t)
+        out["new_block_ids"] = new_ids
+        out["hashed"] = self._hashed_since(req, n_before)
+
+    def _op_finish(self, op: Op, out: dict[str, Any]) -> None:
+        req = self._live(op)
+        self.sched.finish(req)
+        del self.requests[req.request_id]
+
+    def _op_preempt(self, op: Op, out: dict[str, Any]) -> None:
+        req = self._live(op)
+        if req.status != RequestStatus.RUNNING:
+            raise self._fail(op, "id", f"only a running request can be preempted; {op.id!r} is {req.status.value}")
+        self.sched.preempt(req)
+        out["preempted"] = [req.request_id]
+
+    def _op_reset(self, op: Op, out: dict[str, Any]) -> None:
+        ok, preempted = self.sched.reset_prefix_cache(reset_running_requests=op.running)
+        self.reset_ok.append(ok)
+        out["ok"] = ok
+        out["preempted"] = [r.request_id for r in preempted]
+
+    # ---- state -----------------------------------------------------------------------------
+
+    def trace(self, initial: Snapshot, steps: list[Step]) -> Trace:
+        """The Trace of the steps this engine applied (a lean engine keeps its final state)."""
+        ctx = self.ctx
+        return Trace(
+            scenario=self.scenario,
+            hash_seed=None if ctx is None else ctx.hash_seed,
+            none_hash=None if ctx is None else bytes(ctx.none_hash),
+            initial=initial,
+            steps=tuple(steps),
+            reset_ok=tuple(self.reset_ok),
+            final_snapshot=None if self.record else self.snapshot(),
+        )
+
+    def snapshot(self) -> Snapshot:
+        pool = self.manager.block_pool
+        mgr = self.manager
+        blocks = tuple((b.ref_cnt, None if b.block_hash is None else bytes(b.block_hash[:-4])) for b in pool.blocks)
+        return Snapshot(
+            blocks=blocks,
+            free_queue=tuple(b.block_id for b in pool.free_block_queue.get_all_free_blocks()),
+            cached=tuple(
+                (bytes(k[:-4]), tuple(b.block_id for b in bl)) for k, bl in pool.cached_block_hash_to_block.items()
+            ),
+            requests=tuple(
+                RequestView(
+                    r.request_id,
+                    r.status.value,
+                    r.num_tokens,
+                    r.num_prompt_tokens,
+                    r.num_computed_tokens,
+                    tuple(mgr.get_blocks(r.request_id).get_block_ids_of_group(GROUP_0)),
+                    tuple(r.block_hashes),
+                    r.lora_request.name if r.lora_request else None,
+                    r.cache_salt,
+                    r.prompt_logprobs,
+                    r.num_preemptions,
+                )
+                for r in self.requests.values()
+            ),
+            stats=self.totals.as_dict(),
+            window_hit_rate=self.window.hit_rate,
+            window_requests=self.window.aggregated_requests,
+        )
+
+
+def replay(scenario: Scenario, hash_seed: str | None = None, upto: int | None = None, record: bool = True) -> Trace:
+    """Replay ``scenario`` (its first ``upto`` steps, or all) into a Trace.
+
+    ``hash_seed`` replaces the scenario's seed; pass ``trace.hash_seed`` of an earlier replay
+    to reproduce a drawn xxhash seed. ``record=False`` is a lean replay (tools, benchmarks):
+    steps carry their outcome and events but no snapshot or panel records, and only the final
+    state is kept; ``to_json()`` is the same as a full replay's.
+    """
+    engine = ScenarioEngine(scenario, hash_seed, record=record)
+    initial = engine.snapshot()
+    ops = scenario.ops if upto is None else scenario.ops[:upto]
+    steps = [engine.apply(op) for op in ops]
+    return engine.trace(initial, steps)

@@ -1,0 +1,161 @@
+"""The scenario model (design section 3): engine settings, ops, limits; validated by `parse`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from explorer.core.hashing import resolve_none_hash_seed
+
+OPS = ("arrive", "admit", "sample", "decode", "generate", "finish", "preempt", "reset")
+
+# Keys each op accepts besides `op`, `note` and `expect`.
+OP_KEYS: dict[str, frozenset[str]] = {
+    "arrive": frozenset({"id", "prompt", "text", "lora", "lora_path", "cache_salt", "mm", "prompt_logprobs"}),
+    "admit": frozenset({"id", "tokens"}),
+    "sample": frozenset({"id", "tokens"}),
+    "decode": frozenset({"id"}),
+    "generate": frozenset({"id", "tokens"}),
+    "finish": frozenset({"id"}),
+    "preempt": frozenset({"id"}),
+    "reset": frozenset({"running"}),
+}
+
+_STATS_KEYS = (
+    "stats_requests",
+    "stats_queries",
+    "stats_hits",
+    "stats_preempted_requests",
+    "stats_preempted_queries",
+    "stats_preempted_hits",
+)
+_COMMON_EXPECT = frozenset({"ok", "num_free_blocks", "free_queue", "event_types", *_STATS_KEYS})
+# `expect` keys per op: a key for a field the op does not report is bad input.
+EXPECT_KEYS: dict[str, frozenset[str]] = {
+    op: _COMMON_EXPECT
+    | ({"hit_tokens"} if op == "admit" else set())
+    | ({"new_block_ids"} if op in ("admit", "decode", "generate") else set())
+    for op in OPS
+}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Caps for untrusted scenarios (the web app); the CLI uses the generous defaults."""
+
+    max_prompt_tokens: int = 1 << 22
+    max_total_tokens: int = 1 << 24
+    max_steps: int = 100_000
+    max_blocks: int = 1 << 22
+
+
+CLI_LIMITS = Limits()
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    block_size: int = 16
+    num_blocks: int = 300
+    max_model_len: int = 1048576
+    hash_algo: str = "sha256"
+    hash_seed: str = ""  # "" = vLLM's default (PYTHONHASHSEED unset)
+    enable_prefix_caching: bool = True
+    events: bool = True
+    int_block_hashes: bool = True
+
+    def resolve_seed(self) -> str | None:
+        """The seed string NONE_HASH will be hashed from (draws one for xxhash without a seed);
+        None when prefix caching is off, because vLLM then builds no hasher at all."""
+        if not self.enable_prefix_caching:
+            return None
+        return resolve_none_hash_seed(self.hash_algo, self.hash_seed or None)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# The one definition of the engine defaults: EngineConfig's own (design section 3).
+ENGINE_DEFAULTS: dict[str, Any] = EngineConfig().as_dict()
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    name: str
+    id: int  # 1, 2, ... in order of first appearance in the scenario
+    path: str
+
+
+@dataclass(frozen=True)
+class MMSpec:
+    id: str
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True)
+class Op:
+    """One step of a scenario, validated, with token specs expanded."""
+
+    index: int  # 0-based position in the scenario
+    op: str
+    id: str | None = None
+    prompt: tuple[int, ...] = ()
+    text: str | None = None
+    lora: LoraSpec | None = None
+    cache_salt: str | None = None
+    mm: tuple[MMSpec, ...] = ()
+    prompt_logprobs: bool = False
+    tokens: int | tuple[int, ...] | None = None  # admit: a count; sample/generate: token ids
+    running: bool = False
+    note: str | None = None
+    expect: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """How messages name this step: 1-based number, op and id."""
+        who = f" {self.id}" if self.id is not None else ""
+        return f"step {self.index + 1} ({self.op}{who})"
+
+    def normalized(self) -> dict[str, Any]:
+        """The JSON form the conformance oracle reads (every spec already expanded)."""
+        d: dict[str, Any] = {"op": self.op}
+        if self.op == "reset":
+            d["running"] = self.running
+            return d
+        d["id"] = self.id
+        if self.op == "arrive":
+            d["prompt"] = list(self.prompt)
+            d["lora"] = (
+                None if self.lora is None else {"name": self.lora.name, "id": self.lora.id, "path": self.lora.path}
+            )
+            d["cache_salt"] = self.cache_salt
+            d["mm"] = [{"id": m.id, "offset": m.offset, "length": m.length} for m in self.mm]
+            d["prompt_logprobs"] = self.prompt_logprobs
+        elif self.op == "admit":
+            d["tokens"] = self.tokens
+        elif self.op in ("sample", "generate"):
+            assert not isinstance(self.tokens, int)
+            d["tokens"] = list(self.tokens or ())
+        return d
+
+
+@dataclass(frozen=True)
+class Scenario:
+    title: str
+    engine: EngineConfig
+    ops: tuple[Op, ...]
+    source: str = "<scenario>"
+    description: str = ""
+    # The TOML tables as read, so a session can be written back out (`to_toml`).
+    raw_steps: tuple[Mapping[str, Any], ...] = ()
+
+    def normalized(self, hash_seed: str | None) -> dict[str, Any]:
+        engine = self.engine.as_dict()
+        engine["hash_seed"] = hash_seed
+        return {"engine": engine, "ops": [op.normalized() for op in self.ops]}
+
+
+def replace_engine_seed(scenario: Scenario, seed: str) -> Scenario:
+    """The scenario with an explicit hash seed (keeps a drawn xxhash seed across reruns)."""
+    return replace(scenario, engine=replace(scenario.engine, hash_seed=seed))

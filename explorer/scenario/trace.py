@@ -1,0 +1,221 @@
+"""What a replay keeps: frozen steps with the core's reports, snapshots and the replay JSON.
+
+A `Step` holds what one op did as the core reported it (kv_cache_observer.py): the lookup
+probes, the admission checks, the touched, popped, cached and freed blocks. Nothing here works
+out what the engine would do; it only stores what it was told. `Trace.to_json()` is the replay
+JSON of design section 5.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from explorer.core.events import KVCacheEvent, event_to_json
+from explorer.core.hashing import external_block_hash
+from explorer.core.kv_cache_observer import AdmissionCheck
+from explorer.scenario.spec import Op, Scenario
+
+
+@dataclass(frozen=True)
+class HashedBlock:
+    """A block hash the request learned (its tokens became known), with its extra keys."""
+
+    index: int  # block index within the request
+    start: int
+    end: int
+    hash: bytes
+    extra_keys: tuple[Any, ...] | None
+
+    @property
+    def external(self) -> int:
+        return external_block_hash(self.hash)
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """get_computed_blocks: the walk from block 0, capped at max_cache_hit_length (num_tokens - 1)."""
+
+    num_tokens: int
+    cap_blocks: int  # how many hashes may be probed
+    probes: tuple[tuple[int, bool, int | None], ...]  # (block index, hit, block id)
+    hit_tokens: int
+    skipped: str | None = None  # why there was no lookup
+
+
+@dataclass(frozen=True)
+class CacheCall:
+    """One group's cache_blocks: blocks full within ``num_tokens`` tokens get a hash, after
+    ``num_cached_blocks`` that already had one."""
+
+    group_id: int
+    num_tokens: int
+    num_cached_blocks: int
+
+
+@dataclass(frozen=True)
+class CachedBlock:
+    block_id: int
+    index: int
+    hash: bytes
+    duplicate_of: tuple[int, ...]  # other blocks already cached under this hash
+
+
+@dataclass(frozen=True)
+class Freed:
+    block_id: int
+    ref_cnt: int  # after the free
+    to: str  # "front", "back" or "held" (still used by another request)
+
+
+@dataclass(frozen=True)
+class RequestView:
+    request_id: str
+    status: str
+    num_tokens: int
+    num_prompt_tokens: int
+    num_computed_tokens: int
+    block_ids: tuple[int, ...]
+    block_hashes: tuple[bytes, ...]
+    lora: str | None
+    cache_salt: str | None
+    prompt_logprobs: bool
+    num_preemptions: int
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The pool and requests after a step. ``blocks[i]`` = (ref_cnt, hash or None) of block i."""
+
+    blocks: tuple[tuple[int, bytes | None], ...]
+    free_queue: tuple[int, ...]
+    cached: tuple[tuple[bytes, tuple[int, ...]], ...]  # hash -> block ids, insertion order
+    requests: tuple[RequestView, ...]  # live requests, in arrival order
+    stats: Mapping[str, int]
+    window_hit_rate: float
+    window_requests: int
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self.free_queue)
+
+    def request(self, request_id: str) -> RequestView | None:
+        return next((r for r in self.requests if r.request_id == request_id), None)
+
+
+@dataclass(frozen=True)
+class Step:
+    index: int
+    op: Op
+    ok: bool
+    events: tuple[KVCacheEvent, ...]
+    snapshot: Snapshot | None  # None in a lean replay (record=False), unless the step has `expect`
+    hit_tokens: int | None = None  # admit only
+    new_block_ids: tuple[int, ...] | None = None  # admit, decode, generate
+    hashed: tuple[HashedBlock, ...] = ()  # block hashes the request learned this step
+    lookup: Lookup | None = None
+    admissions: tuple[AdmissionCheck, ...] = ()
+    cache_calls: tuple[CacheCall, ...] = ()
+    touched: tuple[int, ...] = ()  # hit blocks, touched before any allocation
+    touched_from_free: tuple[int, ...] = ()  # ... of which were in the free queue
+    evicted: tuple[tuple[int, bytes], ...] = ()  # (block id, hash it lost), in pop order
+    cached: tuple[CachedBlock, ...] = ()
+    freed: tuple[Freed, ...] = ()  # in free order (the request's blocks reversed)
+    preempted: tuple[str, ...] = ()
+    expect_failures: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "op": self.op.op,
+            "id": self.op.id,
+            "ok": self.ok,
+            "events": [event_to_json(e) for e in self.events],
+        }
+        if self.hit_tokens is not None:
+            d["hit_tokens"] = self.hit_tokens
+        if self.new_block_ids is not None:
+            d["new_block_ids"] = list(self.new_block_ids)
+        return d
+
+
+@dataclass(frozen=True)
+class Trace:
+    scenario: Scenario
+    hash_seed: str | None
+    none_hash: bytes | None
+    initial: Snapshot
+    steps: tuple[Step, ...]
+    reset_ok: tuple[bool, ...]
+    # The state after the last step; a lean replay (record=False) keeps only this one.
+    final_snapshot: Snapshot | None = None
+
+    @property
+    def final(self) -> Snapshot:
+        if self.final_snapshot is not None:
+            return self.final_snapshot
+        snap = self.steps[-1].snapshot if self.steps else self.initial
+        assert snap is not None
+        return snap
+
+    @property
+    def expect_failures(self) -> list[str]:
+        return [f for s in self.steps for f in s.expect_failures]
+
+    def snapshot_at(self, k: int) -> Snapshot:
+        """The state after k steps (k = 0: before the first)."""
+        snap = self.initial if k == 0 else self.steps[k - 1].snapshot
+        if snap is None:
+            raise ValueError("a lean replay (record=False) keeps no per-step snapshots")
+        return snap
+
+    def to_json(self) -> dict[str, Any]:
+        """The replay JSON of design section 5."""
+        f = self.final
+        return {
+            "steps": [s.to_json() for s in self.steps],
+            "final": {
+                "free_queue": list(f.free_queue),
+                "blocks": [
+                    {"id": i, "ref_cnt": rc, "hash": None if h is None else h.hex()}
+                    for i, (rc, h) in enumerate(f.blocks)
+                    if i != 0
+                ],
+                "cached": {h.hex(): list(ids) for h, ids in f.cached},
+                "requests": {
+                    r.request_id: {
+                        "block_ids": list(r.block_ids),
+                        "num_computed_tokens": r.num_computed_tokens,
+                        "block_hashes": [h.hex() for h in r.block_hashes],
+                    }
+                    for r in f.requests
+                },
+                "stats": dict(f.stats),
+                "reset_ok": list(self.reset_ok),
+                "none_hash": None if self.none_hash is None else self.none_hash.hex(),
+                "hash_seed": self.hash_seed,
+            },
+        }
+
+
+def with_expectations(step: Step) -> Step:
+    """Compare the step's `expect` table; failures are recorded, the replay goes on."""
+    if not step.op.expect:
+        return step
+    snap = step.snapshot
+    assert snap is not None, "a step with `expect` keeps its snapshot"
+    actual: dict[str, Any] = {
+        "ok": step.ok,
+        "hit_tokens": step.hit_tokens,
+        "new_block_ids": list(step.new_block_ids) if step.new_block_ids is not None else None,
+        "num_free_blocks": snap.num_free_blocks,
+        "free_queue": list(snap.free_queue),
+        "event_types": [type(e).__name__ for e in step.events],
+        **{f"stats_{k}": v for k, v in snap.stats.items()},
+    }
+    failures = tuple(
+        f"{step.op.label}: expected {key} = {want!r}, got {actual[key]!r}"
+        for key, want in step.op.expect.items()
+        if actual[key] != want
+    )
+    return replace(step, expect_failures=failures) if failures else step
