@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     pub.add_argument("--topic", default="")
     pub.add_argument("--wait", type=_nonneg_float, default=1.0)
     pub.add_argument("--hold", type=_nonneg_float, default=0.0)
-    pub.set_defaults(func=_lazy("explorer.events_zmq", "cmd_publish"), parser=pub)
+    pub.set_defaults(func=_lazy("explorer.events.cli", "cmd_publish"), parser=pub)
 
     lis = sub.add_parser("listen", help="subscribe to a vLLM KV event stream")
     lis.add_argument("--endpoint", required=True)
@@ -177,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     lis.add_argument("--max-batches", type=_positive_int)
     lis.add_argument("--timeout", type=_nonneg_float, default=10.0)
     lis.add_argument("--json", action="store_true")
-    lis.set_defaults(func=_lazy("explorer.events_zmq", "cmd_listen"), parser=lis)
+    lis.set_defaults(func=_lazy("explorer.events.cli", "cmd_listen"), parser=lis)
 
     b = sub.add_parser("bench", help="our core against vLLM's on one long random scenario")
     b.add_argument("--ops", type=_positive_int, default=5000)

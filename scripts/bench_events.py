@@ -53,7 +53,7 @@ def payloads(n: int) -> list[bytes]:
 
 
 def run_publisher(endpoint: str, replay_port: int, rate: float, count: int, wait: float, hold: float) -> None:
-    from explorer.events_zmq import KVEventPublisher
+    from explorer.events.publisher import KVEventPublisher
 
     pool = payloads(1024)
     pub = KVEventPublisher(endpoint, f"tcp://{LOOPBACK}:{replay_port}", hwm=1_000_000, buffer_steps=200_000)
@@ -82,7 +82,7 @@ def run_publisher(endpoint: str, replay_port: int, rate: float, count: int, wait
 
 
 def run_one(rate: float, seconds: float, count: int | None = None) -> dict:
-    from explorer.events_zmq import KVEventSubscriber
+    from explorer.events.subscriber import KVEventSubscriber
 
     count = count if count is not None else int(rate * seconds)
     sub = KVEventSubscriber(f"tcp://{LOOPBACK}:0", None, bind=True, hwm=1_000_000)
@@ -163,7 +163,8 @@ def run_one(rate: float, seconds: float, count: int | None = None) -> dict:
 
 def run_decoder(n: int) -> dict:
     """The socket-free state machine alone: frames in, batches applied."""
-    from explorer.events_zmq import KVEventStream, live_frames
+    from explorer.events.stream import KVEventStream
+    from explorer.events.wire import live_frames
 
     pool = payloads(1024)
     stream = KVEventStream()

@@ -8,7 +8,7 @@ an array ``[ts (float64), [events...], data_parallel_rank]``.
 The classes here are plain dataclasses with the same fields in the same order, and
 `event_to_map` produces exactly the map msgspec would write, so encoding that map with any
 msgpack encoder that keeps key order gives vLLM's bytes. msgspec is imported only by the encoder;
-the checked decoder lives with the subscriber (`explorer.events_zmq.decode_payload`).
+the checked decoder is the subscriber's (`explorer.events.wire.decode_payload`).
 """
 
 from __future__ import annotations

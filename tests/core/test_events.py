@@ -13,7 +13,7 @@ from explorer.core.events import (
     encode_batch,
     event_to_map,
 )
-from explorer.events_zmq import decode_payload
+from explorer.events.wire import decode_payload
 from tests.core.helpers import Sched
 
 

@@ -6,7 +6,7 @@ import socket
 import time
 
 from explorer.core.events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch, encode_batch
-from explorer.events_zmq import END_SEQ
+from explorer.events.wire import END_SEQ
 
 LOOPBACK = "127.0.0.1"
 

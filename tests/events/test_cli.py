@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from explorer.core.events import KVEventBatch
-from explorer.events_zmq import KVEventPublisher
+from explorer.events.publisher import KVEventPublisher
 from tests.events.helpers import LOOPBACK, free_port, scenario_events_json, scenario_file, stored
 
 ROOT = Path(__file__).resolve().parents[2]

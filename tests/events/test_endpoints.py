@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from explorer.errors import BadInput
-from explorer.events_zmq import check_endpoint, is_bind_endpoint, offset_endpoint_port
+from explorer.events.endpoints import check_endpoint, is_bind_endpoint, offset_endpoint_port
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from explorer.core.events import KVEventBatch, encode_batch
-from explorer.events_zmq import END_SEQ, KVEventStream
+from explorer.events.stream import KVEventStream
+from explorer.events.wire import END_SEQ
 from tests.events.helpers import cleared, live, removed, replay, replay_end, stored
 
 FUZZ = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -9,15 +9,15 @@ from streamlit.testing.v1 import AppTest
 
 from explorer.core.events import KVEventBatch
 from explorer.errors import BadInput
-from explorer.events_zmq import KVEventPublisher
-from explorer.ui.page_live import SESSION, allowed_hosts, parse_endpoints
+from explorer.events.publisher import KVEventPublisher
+from explorer.ui.live_view import SESSION, allowed_hosts, parse_endpoints
 from tests.events.helpers import LOOPBACK, free_port, removed, stored
 
 TIMEOUT = 30
 
 
 def _app():
-    from explorer.ui.page_live import render
+    from explorer.ui.pages.live import render
 
     render()
 

@@ -11,7 +11,9 @@ import zmq
 
 from explorer.core.events import KVEventBatch
 from explorer.errors import BadInput
-from explorer.events_zmq import END_SEQ, KVEventPublisher, KVEventSubscriber
+from explorer.events.publisher import KVEventPublisher
+from explorer.events.subscriber import KVEventSubscriber
+from explorer.events.wire import END_SEQ
 from tests.events.helpers import LOOPBACK, DroppingProxy, free_port, removed, stored, wait_until
 
 ANY = f"tcp://{LOOPBACK}:0"

@@ -6,7 +6,8 @@ from collections import Counter
 
 import pytest
 
-from explorer.events_zmq import KVEventStream, decode_payload
+from explorer.events.stream import KVEventStream
+from explorer.events.wire import decode_payload
 from tests.events.helpers import cleared, live, removed, replay, replay_end, stored
 
 

@@ -16,7 +16,9 @@ from collections import Counter
 import pytest
 
 from explorer.core.events import KVEventBatch, encode_batch
-from explorer.events_zmq import KVEventPublisher, KVEventSubscriber, is_bind_endpoint, offset_endpoint_port
+from explorer.events.endpoints import is_bind_endpoint, offset_endpoint_port
+from explorer.events.publisher import KVEventPublisher
+from explorer.events.subscriber import KVEventSubscriber
 from tests.events.helpers import LOOPBACK, DroppingProxy, free_port, scenario_file
 from tests.events.vllm_side import VllmHelper, all_fields
 
@@ -409,7 +411,7 @@ def test_our_publisher_over_the_wire_to_vllm_decoder(vllm, tmp_path):
     import threading
 
     from explorer.core.events import AllBlocksCleared
-    from explorer.events_zmq import scenario_batches
+    from explorer.events.cli import scenario_batches
 
     scenario_events = scenario_batches(str(scenario_file(tmp_path)))
     sent = [b.events for b in our_batches()] + scenario_events
@@ -543,7 +545,7 @@ def payload_corpus(seed: int = 7, mutations: int = 400) -> list[bytes]:
 
 def test_our_decoder_accepts_exactly_what_vllms_accepts(vllm):
     """Malformed = what vLLM's own typed decoder rejects; accepted payloads decode the same."""
-    from explorer.events_zmq import decode_payload
+    from explorer.events.wire import decode_payload
 
     corpus = payload_corpus()
     theirs = vllm.call("decode", payloads=[p.hex() for p in corpus])["results"]
