@@ -2,7 +2,7 @@
 
 The sweep runs in a worker process, so other browser sessions stay responsive on a small
 machine, and Cancel terminates it. The worker is a fresh interpreter (``python -m
-explorer.trace_replay``: one JSON job on stdin, JSON lines back), not a multiprocessing spawn:
+explorer.traffic.worker``: one JSON job on stdin, JSON lines back), not a multiprocessing spawn:
 spawn re-runs the parent's ``__main__``, which under Streamlit is the app script itself. A
 thread per job reads the worker's lines into a queue; the page polls it once a second (a
 fragment rerun costs the server about a tenth of a core while someone watches a job), and the
@@ -28,16 +28,10 @@ import streamlit as st
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from explorer.errors import BadInput
-from explorer.trace_replay import (
-    DEFAULT_DECODE_MS,
-    POLICIES,
-    UI_MAX_BLOCKS_HASHED,
-    UI_MAX_NUM_BLOCKS,
-    UI_MAX_TRACE_BYTES,
-    parse_sizes,
-    parse_trace_bytes,
-    shipped_trace_path,
-)
+from explorer.traffic.concurrent import DEFAULT_DECODE_MS
+from explorer.traffic.results import UI_MAX_NUM_BLOCKS
+from explorer.traffic.sweep import POLICIES, UI_MAX_BLOCKS_HASHED, parse_sizes
+from explorer.traffic.trace import UI_MAX_TRACE_BYTES, parse_trace_bytes, shipped_trace_path
 from explorer.viz.replay import POLICY_LABELS, hit_rate_vs_cache_size, hits_over_time
 
 SHIPPED = "Mooncake synthetic trace (shipped)"
@@ -112,7 +106,7 @@ def _start_job(job: dict[str, Any]) -> None:
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     err = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the child process)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "explorer.trace_replay"],
+        [sys.executable, "-m", "explorer.traffic.worker"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=err,

@@ -21,7 +21,7 @@ def line(ids, n, out=1, ts=0):
     return json.dumps({"timestamp": ts, "input_length": n, "output_length": out, "hash_ids": ids})
 
 
-# the hand-derived trace of tests/test_trace_replay.py: 272 hit tokens with 10 blocks of 16
+# the hand-derived trace of tests/traffic/helpers.py: 272 hit tokens with 10 blocks of 16
 TINY = (
     "\n".join(
         [
