@@ -12,9 +12,10 @@ TIMEOUT = 60
 
 
 def _app():
-    from explorer.ui.page_replay import render
+    # Streamlit runs a page file as a script: its module-level render() call draws the page.
+    import runpy
 
-    render()
+    runpy.run_module("explorer.ui.pages.replay", run_name="__main__")
 
 
 def line(ids, n, out=1, ts=0):

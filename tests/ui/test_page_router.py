@@ -33,9 +33,10 @@ SMALL = FleetConfig(
 
 
 def _app():
-    from explorer.ui.page_router import render
+    # Streamlit runs a page file as a script: its module-level render() call draws the page.
+    import runpy
 
-    render()
+    runpy.run_module("explorer.ui.pages.router", run_name="__main__")
 
 
 def page(cfg: FleetConfig | None = SMALL, token: str | None = None) -> AppTest:

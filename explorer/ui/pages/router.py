@@ -3,8 +3,9 @@
 The fleet, the router and the request stream come from a fleet file (TOML, `fleets/*.toml`,
 docs/router.md); the controls on the page override its router settings and failure switches.
 The simulation lives in `explorer.router` and the figures in `explorer.viz.router`; this page
-only collects settings and draws. A setup is shared by URL (``?fleet=v1....``: the effective
-config as compressed TOML, capped; only ever parsed as TOML).
+only collects settings and draws (how the controls make a config: `explorer.ui.router_controls`).
+A setup is shared by URL (``?fleet=v1....``: the effective config as compressed TOML, capped;
+only ever parsed as TOML).
 
 Everything this page keeps lives in st.session_state under keys starting with ``router_``.
 """
@@ -13,45 +14,48 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from dataclasses import replace
 from typing import Any
 
 import streamlit as st
 
 from explorer.errors import BadInput
 from explorer.router.config import BASELINE, LIMITS, POLICIES, TIE_BREAKS, FleetConfig
-from explorer.router.failures import SWITCH_HELP, explain, other_algo, other_block_size, other_seed
+from explorer.router.failures import SWITCH_HELP, explain
 from explorer.router.fleet_file import example_fleets, parse_fleet_text
 from explorer.router.results import FleetResult
 from explorer.router.share import decode_share, encode_share
 from explorer.router.simulate import ask, simulate
+from explorer.traffic.trace import UI_MAX_TRACE_BYTES
+from explorer.ui.router_controls import (
+    UI_MAX_REQUESTS,
+    W_ALGO,
+    W_BS,
+    W_DROP,
+    W_FORM,
+    W_IGNORE,
+    W_INSTANCES,
+    W_LOAD,
+    W_REQUESTS,
+    W_SALT,
+    W_SEED,
+    W_SEEDF,
+    W_TIE,
+    W_XX,
+    apply_controls,
+    sync_controls,
+)
 from explorer.viz import router as V
 
 PRESET = "router_preset"
 TOML = "router_toml"
-BASE = "router_base_key"
 RESULTS = "router_results"
 URL_DONE = "router_url_loaded"
 URL_ERROR = "router_url_error"
 TRACE = "router_trace"
 CUSTOM = "(edited)"
 MAX_CACHED = 3
-UI_MAX_REQUESTS = 1000
 
-# widget keys
-W_LOAD = "router_load_weight"
-W_TIE = "router_tie_break"
-W_REQUESTS = "router_requests"
-W_SEED = "router_seed"
-W_INSTANCES = "router_instances"
-W_ALGO = "router_f_algo"
-W_SEEDF = "router_f_seed"
-W_BS = "router_f_block_size"
-W_FORM = "router_f_form"
-W_XX = "router_f_xxhash"
-W_SALT = "router_f_salt"
-W_IGNORE = "router_f_ignore_salt"
-W_DROP = "router_f_drop"
+# widget keys (the controls that make the config are in explorer.ui.router_controls)
 W_METRIC = "router_metric"
 W_ASK = "router_ask"
 W_ASK_KIND = "router_ask_kind"
@@ -113,29 +117,6 @@ def _on_preset() -> None:
         _ss()[TOML] = _preset_text(name)
 
 
-def _sync_widgets(base: FleetConfig) -> None:
-    """Controls start from the fleet file whenever the file (not a control) changes."""
-    ss = _ss()
-    key = base.key()
-    if ss.get(BASE) == key:
-        return
-    ss[BASE] = key
-    f = base.failures
-    ss[W_LOAD] = float(base.router.load_weight)
-    ss[W_TIE] = base.router.tie_break
-    ss[W_REQUESTS] = min(base.workload.requests, UI_MAX_REQUESTS)
-    ss[W_SEED] = base.workload.seed
-    ss[W_INSTANCES] = base.fleet.instances
-    ss[W_ALGO] = bool(f.router_hash_algo) and f.router_hash_algo != base.fleet.hash_algo
-    ss[W_SEEDF] = f.router_hash_seed is not None
-    ss[W_BS] = bool(f.router_block_size) and f.router_block_size != base.fleet.block_size
-    ss[W_FORM] = f.router_wrong_hash_form
-    ss[W_XX] = f.xxhash_unshared_seed
-    ss[W_SALT] = f.tenant_salt
-    ss[W_IGNORE] = f.router_ignores_salt
-    ss[W_DROP] = float(f.drop_batches)
-
-
 def _config_editor() -> FleetConfig | None:
     presets = list(example_fleets())
     options = presets + [CUSTOM]
@@ -163,7 +144,7 @@ def _config_editor() -> FleetConfig | None:
 
 
 def _controls(base: FleetConfig) -> FleetConfig:
-    _sync_widgets(base)
+    sync_controls(_ss(), base)
     st.subheader("Router")
     c1, c2, c3, c4, c5 = st.columns(5)
     c1.slider(
@@ -186,7 +167,6 @@ def _controls(base: FleetConfig) -> FleetConfig:
     )
 
     st.subheader("What goes wrong")
-    fl = base.fleet
     cols = st.columns(2)
     for n, (key, label, name) in enumerate(SWITCHES):
         disabled = key == W_IGNORE and not _ss().get(W_SALT)
@@ -196,41 +176,7 @@ def _controls(base: FleetConfig) -> FleetConfig:
     cols[len(SWITCHES) % 2].slider(
         "Event batches lost (no replay)", 0.0, 0.95, step=0.05, key=W_DROP, help=SWITCH_HELP["drop_batches"]
     )
-
-    ss = _ss()
-    bf = base.failures
-    failures = replace(
-        bf,
-        router_hash_algo=(
-            bf.router_hash_algo
-            if bf.router_hash_algo and bf.router_hash_algo != fl.hash_algo
-            else other_algo(fl.hash_algo)
-        )
-        if ss[W_ALGO]
-        else "",
-        router_hash_seed=(bf.router_hash_seed if bf.router_hash_seed is not None else other_seed(fl.hash_seed))
-        if ss[W_SEEDF]
-        else None,
-        router_block_size=(
-            bf.router_block_size
-            if bf.router_block_size and bf.router_block_size != fl.block_size
-            else other_block_size(fl.block_size)
-        )
-        if ss[W_BS]
-        else 0,
-        router_wrong_hash_form=bool(ss[W_FORM]),
-        xxhash_unshared_seed=bool(ss[W_XX]),
-        tenant_salt=bool(ss[W_SALT]),
-        router_ignores_salt=bool(ss[W_SALT] and ss[W_IGNORE]),
-        drop_batches=round(float(ss[W_DROP]), 4),
-    )
-    return replace(
-        base,
-        fleet=replace(fl, instances=int(ss[W_INSTANCES])),
-        router=replace(base.router, load_weight=float(ss[W_LOAD]), tie_break=ss[W_TIE]),
-        workload=replace(base.workload, requests=int(ss[W_REQUESTS]), seed=int(ss[W_SEED])),
-        failures=failures,
-    )
+    return apply_controls(_ss(), base)
 
 
 def _trace_input(cfg: FleetConfig) -> tuple[bytes | None, str, str | None]:
@@ -247,8 +193,6 @@ def _trace_input(cfg: FleetConfig) -> tuple[bytes | None, str, str | None]:
         if up is None:
             return None, "", 'This fleet replays an uploaded trace (trace = "upload"): upload one.'
         data = up.getvalue()
-        from explorer.traffic.trace import UI_MAX_TRACE_BYTES
-
         if len(data) > UI_MAX_TRACE_BYTES:
             return None, "", f"{up.name}: {len(data):,} bytes is more than the {UI_MAX_TRACE_BYTES:,}-byte limit"
         return data, up.name, None
@@ -449,3 +393,6 @@ def render() -> None:
     _plots(result)
     _ask(result)
     _share(cfg)
+
+
+render()

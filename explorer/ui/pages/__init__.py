@@ -1,0 +1,1 @@
+"""The Streamlit pages, one script per page; each draws itself when Streamlit runs it."""
