@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="arrivals at their timestamps, FIFO admission, blocks held while decoding",
     )
     t.add_argument("--decode-ms", type=_nonneg_float, default=20.0, help="with --concurrent: ms per output token")
-    t.set_defaults(func=_lazy("explorer.trace_replay", "cmd_replay"), parser=t)
+    t.set_defaults(func=_lazy("explorer.traffic.cli", "cmd_replay"), parser=t)
 
     f = sub.add_parser("prefill", help="measure the prefill time a cache hit saves")
     f.add_argument("--model", default="tiny")

@@ -31,7 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from explorer.trace_replay import load_trace, prepare, replay_vllm, replay_vllm_plain  # noqa: E402
+from explorer.traffic.hashing import prepare  # noqa: E402
+from explorer.traffic.sequential import replay_vllm, replay_vllm_plain  # noqa: E402
+from explorer.traffic.trace import load_trace  # noqa: E402
 
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 VLLM_SCRIPT = ROOT / "scripts" / "vllm_replay_trace.py"

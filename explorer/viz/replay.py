@@ -1,6 +1,6 @@
 """Figures of a trace replay sweep (plotly only, no Streamlit).
 
-Both builders take the dict of `explorer.trace_replay.sweep_to_dict(sweep, per_request=True)`:
+Both builders take the dict of `explorer.traffic.sweep.sweep_to_dict(sweep, per_request=True)`:
 ``{"block_size", "requests", "prompt_tokens", "timestamps", "prompt_lengths", "results":
 [{"policy", "num_blocks" (None: unbounded), "skipped", "hit_tokens", "hit_rate", "hits": [per
 request]}]}``.

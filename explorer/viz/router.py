@@ -1,14 +1,15 @@
 """Figures of a fleet simulation (plotly only, no Streamlit).
 
-Every builder takes an `explorer.router.FleetResult` (or one of its `PolicyRun`s) and draws
-numbers it already holds; the hit tokens are the engines' own `PrefixCacheStats` totals.
+Every builder takes an `explorer.router.results.FleetResult` (or one of its `PolicyRun`s) and
+draws numbers it already holds; the hit tokens are the engines' own `PrefixCacheStats` totals.
 """
 
 from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from explorer.router import BASELINE, POLICIES, FleetResult, PolicyRun
+from explorer.router.config import BASELINE, POLICIES
+from explorer.router.results import FleetResult, PolicyRun
 from explorer.viz.palette import OKABE_ITO
 
 POLICY_COLORS = {

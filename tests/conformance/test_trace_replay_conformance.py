@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from explorer.cli import main as cli_main
-from explorer.trace_replay import load_trace, prepare, replay_vllm, shipped_trace_path
+from explorer.traffic.hashing import prepare
+from explorer.traffic.sequential import replay_vllm
+from explorer.traffic.trace import load_trace, shipped_trace_path
 
 REPO = Path(__file__).resolve().parent.parent.parent
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"

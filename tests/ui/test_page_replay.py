@@ -12,16 +12,17 @@ TIMEOUT = 60
 
 
 def _app():
-    from explorer.ui.page_replay import render
+    # Streamlit runs a page file as a script: its module-level render() call draws the page.
+    import runpy
 
-    render()
+    runpy.run_module("explorer.ui.pages.replay", run_name="__main__")
 
 
 def line(ids, n, out=1, ts=0):
     return json.dumps({"timestamp": ts, "input_length": n, "output_length": out, "hash_ids": ids})
 
 
-# the hand-derived trace of tests/test_trace_replay.py: 272 hit tokens with 10 blocks of 16
+# the hand-derived trace of tests/traffic/helpers.py: 272 hit tokens with 10 blocks of 16
 TINY = (
     "\n".join(
         [

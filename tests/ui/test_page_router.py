@@ -8,15 +8,18 @@ from dataclasses import replace
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from explorer import router as R
+from explorer.router.config import POLICIES, POLICY_LABELS, FleetConfig, FleetSpec, WorkloadSpec
+from explorer.router.fleet_file import example_fleets, load_fleet, parse_fleet_text
+from explorer.router.share import decode_share, encode_share
+from explorer.router.simulate import simulate
 
 TIMEOUT = 120
 
 # A small fleet keeps each script run well under a second of simulation.
-SMALL = R.FleetConfig(
+SMALL = FleetConfig(
     title="small test fleet",
-    fleet=R.FleetSpec(instances=3, num_blocks=600),
-    workload=R.WorkloadSpec(
+    fleet=FleetSpec(instances=3, num_blocks=600),
+    workload=WorkloadSpec(
         seed=3,
         requests=50,
         tenants=2,
@@ -30,15 +33,16 @@ SMALL = R.FleetConfig(
 
 
 def _app():
-    from explorer.ui.page_router import render
+    # Streamlit runs a page file as a script: its module-level render() call draws the page.
+    import runpy
 
-    render()
+    runpy.run_module("explorer.ui.pages.router", run_name="__main__")
 
 
-def page(cfg: R.FleetConfig | None = SMALL, token: str | None = None) -> AppTest:
+def page(cfg: FleetConfig | None = SMALL, token: str | None = None) -> AppTest:
     at = AppTest.from_function(_app, default_timeout=TIMEOUT)
     if cfg is not None or token is not None:
-        at.query_params["fleet"] = token if token is not None else R.encode_share(cfg)
+        at.query_params["fleet"] = token if token is not None else encode_share(cfg)
     at.run()
     assert not at.exception, at.exception
     return at
@@ -51,27 +55,27 @@ def metrics(at: AppTest) -> dict[str, str]:
 def test_default_page_renders_the_first_example_fleet():
     at = page(cfg=None)
     assert not at.error
-    assert at.selectbox(key="router_preset").value == next(iter(R.example_fleets()))
+    assert at.selectbox(key="router_preset").value == next(iter(example_fleets()))
     assert set(metrics(at)) == {"prefix-aware", "round robin", "least loaded"}
     assert at.success and "Hit rate: prefix-aware" in at.success[0].value
     # the share link is in the address
-    assert R.decode_share(at.query_params["fleet"]).fleet == R.FleetConfig().fleet
+    assert decode_share(at.query_params["fleet"]).fleet == FleetConfig().fleet
 
 
 def test_shared_link_loads_the_setup_and_numbers_are_the_engines_stats():
     at = page()
     assert at.number_input(key="router_instances").value == 3
     assert at.number_input(key="router_requests").value == 50
-    expected = R.simulate(SMALL).runs
+    expected = simulate(SMALL).runs
     shown = metrics(at)
     for p, run in expected.items():
-        assert shown[R.POLICY_LABELS[p]] == f"{run.hit_rate:.1%}"
+        assert shown[POLICY_LABELS[p]] == f"{run.hit_rate:.1%}"
     # the per-instance table shows each engine's PrefixCacheStats totals
     table = next(df.value for df in at.dataframe if "hits (stats)" in df.value.columns)
     assert list(table["hits (stats)"]) == [i.stats["hits"] for i in expected["prefix"].instances]
     assert list(table["queries (stats)"]) == [i.stats["queries"] for i in expected["prefix"].instances]
     summary = next(df.value for df in at.dataframe if "hit tokens (prefill saved)" in df.value.columns)
-    assert list(summary["hit tokens (prefill saved)"])[:3] == [expected[p].hits for p in R.POLICIES]
+    assert list(summary["hit tokens (prefill saved)"])[:3] == [expected[p].hits for p in POLICIES]
 
 
 @pytest.mark.parametrize(
@@ -93,7 +97,7 @@ def test_a_switch_breaks_the_router(switch, name):
     assert shown["prefix-aware"] != before
     assert shown["prefix-aware, no failures"] == before  # the healthy run, side by side
     # the link now carries the switch
-    assert R.decode_share(at.query_params["fleet"]).failures.active
+    assert decode_share(at.query_params["fleet"]).failures.active
 
 
 def test_salt_switch_and_lost_events():
@@ -136,11 +140,11 @@ def test_bad_link_is_an_error_and_the_page_still_works():
 
 def test_preset_loads_its_file():
     at = page()
-    name = list(R.example_fleets())[1]
+    name = list(example_fleets())[1]
     at.selectbox(key="router_preset").set_value(name).run()
     assert not at.exception
-    cfg = R.parse_fleet_text(at.text_area(key="router_toml").value)
-    assert cfg == replace(R.load_fleet(R.example_fleets()[name]), source="<fleet>")
+    cfg = parse_fleet_text(at.text_area(key="router_toml").value)
+    assert cfg == replace(load_fleet(example_fleets()[name]), source="<fleet>")
     assert at.toggle(key="router_f_salt").value == cfg.failures.tenant_salt
 
 

@@ -1,1 +1,1 @@
-"""Streamlit page scripts, registered by path with st.navigation; each ends by calling its render()."""
+"""The Streamlit pages: one file a page, registered by path with st.navigation in app.py."""

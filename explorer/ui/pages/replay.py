@@ -2,42 +2,30 @@
 
 The sweep runs in a worker process, so other browser sessions stay responsive on a small
 machine, and Cancel terminates it. The worker is a fresh interpreter (``python -m
-explorer.trace_replay``: one JSON job on stdin, JSON lines back), not a multiprocessing spawn:
-spawn re-runs the parent's ``__main__``, which under Streamlit is the app script itself. A
-thread per job reads the worker's lines into a queue; the page polls it once a second (a
-fragment rerun costs the server about a tenth of a core while someone watches a job), and the
-thread terminates a worker whose browser session has gone away. Everything this page keeps
-lives in st.session_state under keys starting with ``replay_``: one job per browser session.
+explorer.traffic.worker``: one JSON job on stdin, JSON lines back; started and stopped by
+`explorer.ui.replay_worker`), not a multiprocessing spawn: spawn re-runs the parent's
+``__main__``, which under Streamlit is the app script itself. A thread per job reads the
+worker's lines into a queue; the page polls it once a second (a fragment rerun costs the server
+about a tenth of a core while someone watches a job), and the thread terminates a worker whose
+browser session has gone away. Everything this page keeps lives in st.session_state under
+keys starting with ``replay_``: one job per browser session.
 """
 
 from __future__ import annotations
 
 import base64
-import json
-import os
 import queue as queue_mod
-import subprocess
-import sys
-import tempfile
-import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import streamlit as st
-from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 from explorer.errors import BadInput
-from explorer.trace_replay import (
-    DEFAULT_DECODE_MS,
-    POLICIES,
-    UI_MAX_BLOCKS_HASHED,
-    UI_MAX_NUM_BLOCKS,
-    UI_MAX_TRACE_BYTES,
-    parse_sizes,
-    parse_trace_bytes,
-    shipped_trace_path,
-)
+from explorer.traffic.concurrent import DEFAULT_DECODE_MS
+from explorer.traffic.results import UI_MAX_NUM_BLOCKS
+from explorer.traffic.sweep import POLICIES, UI_MAX_BLOCKS_HASHED, parse_sizes
+from explorer.traffic.trace import UI_MAX_TRACE_BYTES, parse_trace_bytes, shipped_trace_path
+from explorer.ui.replay_worker import start_worker, stop_worker
 from explorer.viz.replay import POLICY_LABELS, hit_rate_vs_cache_size, hits_over_time
 
 SHIPPED = "Mooncake synthetic trace (shipped)"
@@ -63,78 +51,10 @@ def _state() -> Any:
 
 
 POLL_S = 1.0  # how often a watching page polls its job (a Streamlit rerun of one fragment)
-ABANDON_S = 30.0  # a job whose browser session has been gone this long is terminated
-
-
-def _session_active(session_id: str | None) -> bool:
-    if session_id is None:
-        return True
-    try:
-        from streamlit.runtime import Runtime
-
-        return not Runtime.exists() or Runtime.instance().is_active_session(session_id)
-    except Exception:  # an internal API: never let it kill a job
-        return True
-
-
-def _pump(proc: subprocess.Popen, payload: bytes, q: queue_mod.Queue, session_id: str | None) -> None:
-    """The job's reader thread: send the job, then queue every line the worker prints.
-    Terminates the worker when its browser session has been gone for ABANDON_S."""
-    gone_since: float | None = None
-    try:
-        assert proc.stdin is not None and proc.stdout is not None
-        try:
-            proc.stdin.write(payload)
-            proc.stdin.close()
-        except OSError:  # the worker died or was cancelled
-            pass
-        for raw in proc.stdout:
-            try:
-                msg = json.loads(raw)
-            except ValueError:
-                continue
-            if isinstance(msg, dict):
-                q.put(msg)
-            if _session_active(session_id):
-                gone_since = None
-            elif gone_since is None:
-                gone_since = time.monotonic()
-            elif time.monotonic() - gone_since > ABANDON_S and proc.poll() is None:
-                proc.terminate()
-        proc.stdout.close()
-    finally:
-        q.put(None)  # end of the worker's output
 
 
 def _start_job(job: dict[str, Any]) -> None:
-    root = str(Path(__file__).resolve().parent.parent.parent)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    err = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the child process)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "explorer.trace_replay"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=err,
-        env=env,
-        cwd=root,
-    )
-    q: queue_mod.Queue = queue_mod.Queue()
-    ctx = get_script_run_ctx()
-    session_id = ctx.session_id if ctx is not None else None
-    thread = threading.Thread(
-        target=_pump, args=(proc, json.dumps(job).encode(), q, session_id), daemon=True, name="trace-replay-reader"
-    )
-    thread.start()
-    _state()[JOB] = {
-        "proc": proc,
-        "queue": q,
-        "thread": thread,
-        "stderr": err,
-        "frac": 0.0,
-        "text": "starting the worker",
-        "started": time.time(),
-    }
+    _state()[JOB] = {**start_worker(job), "frac": 0.0, "text": "starting the worker", "started": time.time()}
     _state().pop(RESULT, None)
     _state().pop(ERROR, None)
     _state().pop(NOTICE, None)
@@ -145,22 +65,7 @@ def _stop_job(terminate: bool) -> str:
     job = _state().pop(JOB, None)
     if job is None:
         return ""
-    proc: subprocess.Popen = job["proc"]
-    if terminate and proc.poll() is None:
-        proc.terminate()
-    try:
-        proc.wait(timeout=3)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=3)
-    job["thread"].join(timeout=3)
-    err = job["stderr"]
-    try:
-        err.seek(0)
-        tail = err.read()[-400:].decode("utf-8", "replace").strip()
-    finally:
-        err.close()
-    return tail
+    return stop_worker(job, terminate)
 
 
 def _poll_job() -> bool:
@@ -412,3 +317,6 @@ def render() -> None:
         st.error(_state()[ERROR])
     if _state().get(RESULT) is not None and not running:
         _results(_state()[RESULT])
+
+
+render()

@@ -3,8 +3,9 @@
 The fleet, the router and the request stream come from a fleet file (TOML, `fleets/*.toml`,
 docs/router.md); the controls on the page override its router settings and failure switches.
 The simulation lives in `explorer.router` and the figures in `explorer.viz.router`; this page
-only collects settings and draws. A setup is shared by URL (``?fleet=v1....``: the effective
-config as compressed TOML, capped; only ever parsed as TOML).
+only collects settings and draws (how the controls make a config: `explorer.ui.router_controls`).
+A setup is shared by URL (``?fleet=v1....``: the effective config as compressed TOML, capped;
+only ever parsed as TOML).
 
 Everything this page keeps lives in st.session_state under keys starting with ``router_``.
 """
@@ -13,40 +14,48 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from dataclasses import replace
 from typing import Any
 
 import streamlit as st
 
-from explorer import router as R
 from explorer.errors import BadInput
+from explorer.router.config import BASELINE, LIMITS, POLICIES, TIE_BREAKS, FleetConfig
+from explorer.router.failures import SWITCH_HELP, explain
+from explorer.router.fleet_file import example_fleets, parse_fleet_text
+from explorer.router.results import FleetResult
+from explorer.router.share import decode_share, encode_share
+from explorer.router.simulate import ask, simulate
+from explorer.traffic.trace import UI_MAX_TRACE_BYTES
+from explorer.ui.router_controls import (
+    UI_MAX_REQUESTS,
+    W_ALGO,
+    W_BS,
+    W_DROP,
+    W_FORM,
+    W_IGNORE,
+    W_INSTANCES,
+    W_LOAD,
+    W_REQUESTS,
+    W_SALT,
+    W_SEED,
+    W_SEEDF,
+    W_TIE,
+    W_XX,
+    apply_controls,
+    sync_controls,
+)
 from explorer.viz import router as V
 
 PRESET = "router_preset"
 TOML = "router_toml"
-BASE = "router_base_key"
 RESULTS = "router_results"
 URL_DONE = "router_url_loaded"
 URL_ERROR = "router_url_error"
 TRACE = "router_trace"
 CUSTOM = "(edited)"
 MAX_CACHED = 3
-UI_MAX_REQUESTS = 1000
 
-# widget keys
-W_LOAD = "router_load_weight"
-W_TIE = "router_tie_break"
-W_REQUESTS = "router_requests"
-W_SEED = "router_seed"
-W_INSTANCES = "router_instances"
-W_ALGO = "router_f_algo"
-W_SEEDF = "router_f_seed"
-W_BS = "router_f_block_size"
-W_FORM = "router_f_form"
-W_XX = "router_f_xxhash"
-W_SALT = "router_f_salt"
-W_IGNORE = "router_f_ignore_salt"
-W_DROP = "router_f_drop"
+# widget keys (the controls that make the config are in explorer.ui.router_controls)
 W_METRIC = "router_metric"
 W_ASK = "router_ask"
 W_ASK_KIND = "router_ask_kind"
@@ -78,19 +87,19 @@ def _ss() -> Any:
 
 
 def _preset_text(name: str) -> str:
-    path = R.example_fleets()[name]
+    path = example_fleets()[name]
     return path.read_text(encoding="utf-8")
 
 
 def _init() -> None:
     ss = _ss()
-    presets = R.example_fleets()
+    presets = example_fleets()
     if URL_DONE not in ss:
         ss[URL_DONE] = True
         token = st.query_params.get("fleet")
         if token:
             try:
-                cfg = R.decode_share(token)
+                cfg = decode_share(token)
                 ss[TOML] = cfg.to_toml()
                 ss[PRESET] = CUSTOM
                 return
@@ -99,40 +108,17 @@ def _init() -> None:
     if TOML not in ss:
         first = next(iter(presets), None)
         ss[PRESET] = first if first is not None else CUSTOM
-        ss[TOML] = _preset_text(first) if first is not None else R.FleetConfig().to_toml()
+        ss[TOML] = _preset_text(first) if first is not None else FleetConfig().to_toml()
 
 
 def _on_preset() -> None:
     name = _ss()[PRESET]
-    if name != CUSTOM and name in R.example_fleets():
+    if name != CUSTOM and name in example_fleets():
         _ss()[TOML] = _preset_text(name)
 
 
-def _sync_widgets(base: R.FleetConfig) -> None:
-    """Controls start from the fleet file whenever the file (not a control) changes."""
-    ss = _ss()
-    key = base.key()
-    if ss.get(BASE) == key:
-        return
-    ss[BASE] = key
-    f = base.failures
-    ss[W_LOAD] = float(base.router.load_weight)
-    ss[W_TIE] = base.router.tie_break
-    ss[W_REQUESTS] = min(base.workload.requests, UI_MAX_REQUESTS)
-    ss[W_SEED] = base.workload.seed
-    ss[W_INSTANCES] = base.fleet.instances
-    ss[W_ALGO] = bool(f.router_hash_algo) and f.router_hash_algo != base.fleet.hash_algo
-    ss[W_SEEDF] = f.router_hash_seed is not None
-    ss[W_BS] = bool(f.router_block_size) and f.router_block_size != base.fleet.block_size
-    ss[W_FORM] = f.router_wrong_hash_form
-    ss[W_XX] = f.xxhash_unshared_seed
-    ss[W_SALT] = f.tenant_salt
-    ss[W_IGNORE] = f.router_ignores_salt
-    ss[W_DROP] = float(f.drop_batches)
-
-
-def _config_editor() -> R.FleetConfig | None:
-    presets = list(R.example_fleets())
+def _config_editor() -> FleetConfig | None:
+    presets = list(example_fleets())
     options = presets + [CUSTOM]
     if _ss().get(PRESET) not in options:
         _ss()[PRESET] = CUSTOM
@@ -148,7 +134,7 @@ def _config_editor() -> R.FleetConfig | None:
         st.text_area("Fleet TOML", key=TOML, height=420, label_visibility="collapsed")
         st.caption("Format: docs/router.md. The controls below override [router] and [failures].")
     try:
-        base = R.parse_fleet_text(_ss()[TOML], "fleet file")
+        base = parse_fleet_text(_ss()[TOML], "fleet file")
     except BadInput as e:
         st.error(str(e))
         return None
@@ -157,8 +143,8 @@ def _config_editor() -> R.FleetConfig | None:
     return base
 
 
-def _controls(base: R.FleetConfig) -> R.FleetConfig:
-    _sync_widgets(base)
+def _controls(base: FleetConfig) -> FleetConfig:
+    sync_controls(_ss(), base)
     st.subheader("Router")
     c1, c2, c3, c4, c5 = st.columns(5)
     c1.slider(
@@ -170,8 +156,8 @@ def _controls(base: R.FleetConfig) -> R.FleetConfig:
         help="cost = blocks to prefill + load weight x requests in flight; the lowest cost wins. "
         "0 = pure longest match.",
     )
-    c2.selectbox("Tie-break", R.TIE_BREAKS, key=W_TIE, help="Who wins among equal costs.")
-    c3.number_input("Instances", 1, R.LIMITS.max_instances, key=W_INSTANCES)
+    c2.selectbox("Tie-break", TIE_BREAKS, key=W_TIE, help="Who wins among equal costs.")
+    c3.number_input("Instances", 1, LIMITS.max_instances, key=W_INSTANCES)
     c4.number_input("Requests", 1, UI_MAX_REQUESTS, key=W_REQUESTS)
     c5.number_input("Stream seed", 0, 2**31 - 1, key=W_SEED)
     st.caption(
@@ -181,54 +167,19 @@ def _controls(base: R.FleetConfig) -> R.FleetConfig:
     )
 
     st.subheader("What goes wrong")
-    fl = base.fleet
     cols = st.columns(2)
     for n, (key, label, name) in enumerate(SWITCHES):
         disabled = key == W_IGNORE and not _ss().get(W_SALT)
         if disabled:
             _ss()[W_IGNORE] = False
-        cols[n % 2].toggle(label, key=key, help=R.SWITCH_HELP[name], disabled=disabled)
+        cols[n % 2].toggle(label, key=key, help=SWITCH_HELP[name], disabled=disabled)
     cols[len(SWITCHES) % 2].slider(
-        "Event batches lost (no replay)", 0.0, 0.95, step=0.05, key=W_DROP, help=R.SWITCH_HELP["drop_batches"]
+        "Event batches lost (no replay)", 0.0, 0.95, step=0.05, key=W_DROP, help=SWITCH_HELP["drop_batches"]
     )
-
-    ss = _ss()
-    bf = base.failures
-    failures = replace(
-        bf,
-        router_hash_algo=(
-            bf.router_hash_algo
-            if bf.router_hash_algo and bf.router_hash_algo != fl.hash_algo
-            else R.other_algo(fl.hash_algo)
-        )
-        if ss[W_ALGO]
-        else "",
-        router_hash_seed=(bf.router_hash_seed if bf.router_hash_seed is not None else R.other_seed(fl.hash_seed))
-        if ss[W_SEEDF]
-        else None,
-        router_block_size=(
-            bf.router_block_size
-            if bf.router_block_size and bf.router_block_size != fl.block_size
-            else R.other_block_size(fl.block_size)
-        )
-        if ss[W_BS]
-        else 0,
-        router_wrong_hash_form=bool(ss[W_FORM]),
-        xxhash_unshared_seed=bool(ss[W_XX]),
-        tenant_salt=bool(ss[W_SALT]),
-        router_ignores_salt=bool(ss[W_SALT] and ss[W_IGNORE]),
-        drop_batches=round(float(ss[W_DROP]), 4),
-    )
-    return replace(
-        base,
-        fleet=replace(fl, instances=int(ss[W_INSTANCES])),
-        router=replace(base.router, load_weight=float(ss[W_LOAD]), tie_break=ss[W_TIE]),
-        workload=replace(base.workload, requests=int(ss[W_REQUESTS]), seed=int(ss[W_SEED])),
-        failures=failures,
-    )
+    return apply_controls(_ss(), base)
 
 
-def _trace_input(cfg: R.FleetConfig) -> tuple[bytes | None, str, str | None]:
+def _trace_input(cfg: FleetConfig) -> tuple[bytes | None, str, str | None]:
     """(bytes, name, error) of the trace a trace workload needs."""
     if cfg.workload.kind != "trace":
         return None, "", None
@@ -242,8 +193,6 @@ def _trace_input(cfg: R.FleetConfig) -> tuple[bytes | None, str, str | None]:
         if up is None:
             return None, "", 'This fleet replays an uploaded trace (trace = "upload"): upload one.'
         data = up.getvalue()
-        from explorer.trace_replay import UI_MAX_TRACE_BYTES
-
         if len(data) > UI_MAX_TRACE_BYTES:
             return None, "", f"{up.name}: {len(data):,} bytes is more than the {UI_MAX_TRACE_BYTES:,}-byte limit"
         return data, up.name, None
@@ -257,7 +206,7 @@ def _results_cache() -> OrderedDict:
     return ss[RESULTS]
 
 
-def _run(cfg: R.FleetConfig, trace: bytes | None, trace_name: str) -> R.FleetResult | None:
+def _run(cfg: FleetConfig, trace: bytes | None, trace_name: str) -> FleetResult | None:
     key = cfg.key() + (hashlib.sha256(trace).hexdigest() if trace is not None else "")
     cache = _results_cache()
     if key in cache:
@@ -265,7 +214,7 @@ def _run(cfg: R.FleetConfig, trace: bytes | None, trace_name: str) -> R.FleetRes
         return cache[key]
     try:
         with st.spinner("Running the fleet under every policy..."):
-            result = R.simulate(cfg, trace, trace_name)
+            result = simulate(cfg, trace, trace_name)
     except BadInput as e:
         st.error(str(e))
         return None
@@ -275,16 +224,16 @@ def _run(cfg: R.FleetConfig, trace: bytes | None, trace_name: str) -> R.FleetRes
     return result
 
 
-def _explanations(result: R.FleetResult) -> None:
-    for name, text in R.explain(result):
+def _explanations(result: FleetResult) -> None:
+    for name, text in explain(result):
         if name == "healthy":
             st.success(text)
         else:
             st.warning(f"**{name.replace('_', ' ')}** — {text}")
 
 
-def _summary(result: R.FleetResult) -> None:
-    runs = [result.runs[p] for p in (*R.POLICIES, R.BASELINE) if p in result.runs]
+def _summary(result: FleetResult) -> None:
+    runs = [result.runs[p] for p in (*POLICIES, BASELINE) if p in result.runs]
     rr = result.runs.get("round_robin")
     cols = st.columns(len(runs))
     for col, run in zip(cols, runs):
@@ -326,7 +275,7 @@ def _summary(result: R.FleetResult) -> None:
     )
 
 
-def _plots(result: R.FleetResult) -> None:
+def _plots(result: FleetResult) -> None:
     c1, c2 = st.columns(2)
     c1.plotly_chart(V.hit_rate_by_policy(result), key="router_fig_hit")
     c2.plotly_chart(V.prefill_time(result), key="router_fig_prefill")
@@ -372,7 +321,7 @@ def _plots(result: R.FleetResult) -> None:
         )
 
 
-def _ask(result: R.FleetResult) -> None:
+def _ask(result: FleetResult) -> None:
     st.subheader("Ask the router")
     st.caption(
         "Where would one more request go, against the fleet's final state? A token spec such as "
@@ -386,7 +335,7 @@ def _ask(result: R.FleetResult) -> None:
     if not prompt:
         return
     try:
-        a = R.ask(result, prompt, _ss().get(W_ASK_KIND) or "spec", int(_ss().get(W_ASK_TENANT) or 0))
+        a = ask(result, prompt, _ss().get(W_ASK_KIND) or "spec", int(_ss().get(W_ASK_TENANT) or 0))
     except BadInput as e:
         st.error(str(e))
         return
@@ -398,10 +347,10 @@ def _ask(result: R.FleetResult) -> None:
     )
 
 
-def _share(cfg: R.FleetConfig) -> None:
+def _share(cfg: FleetConfig) -> None:
     with st.expander("Share this setup"):
         try:
-            token = R.encode_share(cfg)
+            token = encode_share(cfg)
         except BadInput as e:
             st.info(str(e))
             if "fleet" in st.query_params:
@@ -444,3 +393,6 @@ def render() -> None:
     _plots(result)
     _ask(result)
     _share(cfg)
+
+
+render()
