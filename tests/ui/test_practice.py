@@ -10,16 +10,13 @@ from streamlit.testing.v1 import AppTest
 from explorer.practice.generate import generate
 from explorer.practice.interview import MISTAKES, RUBRIC
 from explorer.practice.question import Question, format_answer
+from tests.ui.helpers import app_page
 
-
-def _page():
-    from explorer.ui.page_practice import render
-
-    render()
+PRACTICE_PAGE = "explorer/ui/pages/practice.py"
 
 
 def _app(seed: int, kind: str) -> AppTest:
-    at = AppTest.from_function(_page, default_timeout=60)
+    at = app_page(PRACTICE_PAGE)
     at.session_state["practice_seed"] = seed
     at.session_state["practice_kind"] = kind
     return at.run()

@@ -49,10 +49,10 @@ from explorer.ui.state import (
     session_toml,
     to_query,
 )
+from explorer.ui.style import page_css
 from explorer.viz import html as vh
 from explorer.viz.figures import heat_strip
 
-CSS_PATH = Path(__file__).resolve().parents[2] / "assets" / "explorer.css"
 SPEEDS = {"0.5x": 3.0, "1x": 1.5, "2x": 0.75, "4x": 0.35}
 _CACHE_ENTRIES = 4
 
@@ -362,22 +362,6 @@ def _on_upload() -> None:
 
 
 # ---- drawing ----------------------------------------------------------------------------------
-
-
-def _css(presenter: bool) -> None:
-    try:
-        css = CSS_PATH.read_text(encoding="utf-8")
-    except OSError:
-        css = ""
-    if presenter:
-        css += (
-            "\nhtml { font-size: 24px; }"
-            '\nsection[data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"], [data-testid="stSidebarNav"] { display: none !important; }'
-            '\n[data-testid="stHeader"] { display: none; }'
-            "\n.block-container { padding-top: 1rem; max-width: 100% !important; }"
-            "\n.px-blk { font-size: 0.85rem; }"
-        )
-    st.html(f"<style>{css}</style>")
 
 
 @st.cache_resource
@@ -899,7 +883,7 @@ def render() -> None:
     if pending is not None:
         ss[W_STEP] = pending
     view = _ensure_seed(_view())
-    _css(view.presenter)
+    page_css(view.presenter)
 
     base: Scenario | None = None
     sc: Scenario | None = None
@@ -996,3 +980,6 @@ def render() -> None:
     _click_component()(key="px_click", on_block_change=_on_block_click)
     _autoplay(n)
     _sync_url(_view())
+
+
+render()

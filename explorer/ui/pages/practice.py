@@ -18,9 +18,12 @@ from explorer.practice.hits import q_mistake
 from explorer.practice.interview import FOLLOW_UPS, MISTAKES, MISTAKES_BY_NAME, RUBRIC
 from explorer.practice.question import KIND_LABELS, KINDS, MAX_SEED, Question, Score, format_answer
 from explorer.scenario_cli import describe_step
-from explorer.ui.page_lessons import lesson_title
+from explorer.ui.lesson_files import lesson_title
 
-DOCS_DIR = Path(__file__).resolve().parents[2] / "docs"
+DOCS_DIR = Path(__file__).resolve().parents[3] / "docs"
+# Other pages, by the paths app.py registers them under.
+EXPLORER_PAGE = "explorer/ui/pages/explorer.py"
+LESSONS_PAGE = "explorer/ui/pages/lessons.py"
 
 K_SEED = "practice_seed"  # the number input
 K_KIND = "practice_kind"  # the kind select box
@@ -61,18 +64,13 @@ def _init() -> None:
     st.session_state.setdefault(K_KIND, ANY)
 
 
-def _explorer_page():
-    """The explorer page as st.navigation registered it (a callable page at /explorer)."""
-    return st.Page(lambda: None, title="Explorer", url_path="explorer")
-
-
 def _open_in_explorer(q: Question) -> None:
     try:
         from explorer.ui.state import encode_blob
 
         blob = encode_blob({"name": f"practice-{q.kind}-{q.seed}.toml", "toml": q.scenario.to_toml()})
         st.page_link(
-            _explorer_page(),
+            EXPLORER_PAGE,
             label="Open this scenario in the explorer",
             icon=":material/open_in_new:",
             query_params={"up": blob, "step": str(q.step_index + 1)},
@@ -157,7 +155,7 @@ def _reveal(q: Question, correct: bool, message: str) -> None:
     st.code(describe_step(step, q.scenario.engine.block_size).strip(), language=None)
     if q.lesson:
         st.page_link(
-            _lessons_page(),
+            LESSONS_PAGE,
             label=f"Lesson {lesson_title(q.lesson)}",
             icon=":material/school:",
             query_params={"lesson": q.lesson},
@@ -176,10 +174,6 @@ def _mistake_name(q: Question) -> str:
     return next(m.name for m in MISTAKES if m.statement == q.mistake)
 
 
-def _lessons_page():
-    return st.Page(lambda: None, title="Lessons", url_path="lessons")
-
-
 # ---- the interview walkthrough ------------------------------------------------------------------
 
 
@@ -195,7 +189,7 @@ def _interview() -> None:
             st.markdown(f.answer)
             if f.lesson:
                 st.page_link(
-                    _lessons_page(),
+                    LESSONS_PAGE,
                     label=f"Lesson {lesson_title(f.lesson)}",
                     icon=":material/school:",
                     query_params={"lesson": f.lesson},
@@ -322,3 +316,6 @@ def render() -> None:
     _interview()
     st.divider()
     _value_of_a_hit()
+
+
+render()
