@@ -8,12 +8,35 @@ import json
 import streamlit as st
 
 from explorer.trace import Trace
-from explorer.ui import explain
+from explorer.ui.explain import step as explain
+from explorer.ui.explain.records import PANEL_TITLES
+from explorer.ui.explain.refs import REFS
 from explorer.ui.explorer_callbacks import close_history, on_block
 from explorer.ui.explorer_session import W_BLOCK, current_view, set_view
 from explorer.ui.history import block_history
-from explorer.viz import html as vh
+from explorer.viz.chips import esc, grid_mode, legend_html, snap_chip
 from explorer.viz.figures import heat_strip
+from explorer.viz.panels_html import (
+    allocate_html,
+    caching_html,
+    digest_table_html,
+    eviction_html,
+    free_html,
+    hashing_html,
+    lookup_html,
+    phase_strip_html,
+)
+from explorer.viz.state_html import (
+    event_log_html,
+    free_queue_html,
+    hash_map_html,
+    history_html,
+    hit_rate_svg,
+    pool_grid_html,
+    pool_summary_html,
+    requests_html,
+    svg_img,
+)
 
 
 @st.cache_resource
@@ -37,9 +60,7 @@ export default function (component) {
 
 
 def _refs_line(refs) -> str:
-    return " ".join(
-        f"<span class='px-ref'>{vh._e(r.func)} <span class='px-loc'>{vh._e(r.loc)}</span></span>" for r in refs
-    )
+    return " ".join(f"<span class='px-ref'>{esc(r.func)} <span class='px-loc'>{esc(r.loc)}</span></span>" for r in refs)
 
 
 def now_box(trace: Trace, k: int, base_ops: int) -> None:
@@ -51,18 +72,18 @@ def now_box(trace: Trace, k: int, base_ops: int) -> None:
     if k > 0:
         step = trace.steps[k - 1]
         if step.op.note:
-            extra += f'<div class="px-note" data-px-note="1"><b>Lesson:</b> {vh._e(step.op.note)}</div>'
+            extra += f'<div class="px-note" data-px-note="1"><b>Lesson:</b> {esc(step.op.note)}</div>'
         if step.op.expect:
             failures = step.expect_failures
             if not failures:
                 extra += (
                     '<div class="px-checks" data-px-checks="ok">&#10003; lesson checks hold: '
-                    + vh._e(", ".join(f"{key} = {_short(v)}" for key, v in step.op.expect.items()))
+                    + esc(", ".join(f"{key} = {_short(v)}" for key, v in step.op.expect.items()))
                     + "</div>"
                 )
     st.html(
-        f'<div class="px-now" data-px-now="{k}"><div class="px-headline">Step {k} of {n}: {vh._e(now.headline)}{origin}</div>'
-        f'<div class="px-refs">{_refs_line(now.refs)}</div><div class="px-now-text">{vh._e(now.text)}</div>{extra}</div>'
+        f'<div class="px-now" data-px-now="{k}"><div class="px-headline">Step {k} of {n}: {esc(now.headline)}{origin}</div>'
+        f'<div class="px-refs">{_refs_line(now.refs)}</div><div class="px-now-text">{esc(now.text)}</div>{extra}</div>'
     )
     for f in failures:
         st.warning(f"Lesson check failed: {f}")
@@ -75,7 +96,7 @@ def _short(v: object) -> str:
 
 def phase_panels(trace: Trace, k: int, changed: set[int], selected: int | None) -> None:
     panels = explain.panels(trace, k)
-    st.html(vh.phase_strip_html({p.key: p.summary for p in panels}, explain.PANEL_TITLES))
+    st.html(phase_strip_html({p.key: p.summary for p in panels}, PANEL_TITLES))
     if k == 0:
         return
     step = trace.steps[k - 1]
@@ -86,7 +107,7 @@ def phase_panels(trace: Trace, k: int, changed: set[int], selected: int | None) 
     for p in panels:
         with st.container(border=True, key=f"px_panel_{p.key}"):
             st.html(
-                f'<div class="px-panel-head" data-px-panel="{p.key}">{p.number} · {vh._e(p.title)}</div>'
+                f'<div class="px-panel-head" data-px-panel="{p.key}">{p.number} · {esc(p.title)}</div>'
                 f'<div class="px-refs">{_refs_line(p.refs)}</div>'
             )
             st.markdown(p.text)
@@ -99,20 +120,20 @@ def phase_panels(trace: Trace, k: int, changed: set[int], selected: int | None) 
                 parent = None
                 if step.hashed and step.hashed[0].index > 0 and req is not None:
                     parent = req.block_hashes[step.hashed[0].index - 1]
-                st.html(vh.hashing_html(step, trace.none_hash, parent, n, bs, ints, _snippets(step)))
+                st.html(hashing_html(step, trace.none_hash, parent, n, bs, ints, _snippets(step)))
                 if len(step.hashed) > 1:
                     with st.expander(f"All {len(step.hashed):,} digests in full"):
-                        st.html(vh.digest_table_html(step.hashed, ints))
+                        st.html(digest_table_html(step.hashed, ints))
             elif p.key == "lookup" and step.lookup is not None:
-                body = vh.lookup_html(step, step.lookup.num_tokens // bs, bs)
+                body = lookup_html(step, step.lookup.num_tokens // bs, bs)
             elif p.key == "allocate":
-                body = vh.allocate_html(step, before, after, changed, selected)
+                body = allocate_html(step, before, after, changed, selected)
             elif p.key == "caching":
-                body = vh.caching_html(step, after, changed, selected, ints)
+                body = caching_html(step, after, changed, selected, ints)
             elif p.key == "free":
-                body = vh.free_html(step, after, changed, selected)
+                body = free_html(step, after, changed, selected)
             elif p.key == "eviction":
-                body = vh.eviction_html(step, before, after, changed, selected, ints)
+                body = eviction_html(step, before, after, changed, selected, ints)
             if body:
                 st.html(body)
 
@@ -138,8 +159,8 @@ def state_views(trace: Trace, k: int, changed: set[int], selected: int | None) -
     step = trace.steps[k - 1] if k > 0 else None
     n = len(snap.blocks)
     st.subheader(f"Block pool after step {k}" if k else "Block pool before step 1", anchor="pool")
-    st.html(vh.legend_html() + vh.pool_summary_html(snap))
-    if vh.grid_mode(n) == "strip":
+    st.html(legend_html() + pool_summary_html(snap))
+    if grid_mode(n) == "strip":
         ev = st.plotly_chart(
             heat_strip(snap, changed, selected),
             key="px_strip",
@@ -161,14 +182,14 @@ def state_views(trace: Trace, k: int, changed: set[int], selected: int | None) -
             from explorer.scenario_cli import id_ranges
 
             ids = sorted(changed)
-            chips = "".join(vh.snap_chip(snap, b, changed, selected, "full") for b in ids) if len(ids) <= 60 else ""
+            chips = "".join(snap_chip(snap, b, changed, selected, "full") for b in ids) if len(ids) <= 60 else ""
             st.html(
                 f'<div class="px-row" data-px-changed="{len(ids)}"><span class="px-rowlabel">changed by this step ({len(ids):,} blocks):</span>'
-                + (chips or f"<code>{vh._e(id_ranges(ids)[1:-1])}</code>")
+                + (chips or f"<code>{esc(id_ranges(ids)[1:-1])}</code>")
                 + "</div>"
             )
     else:
-        st.html(vh.pool_grid_html(snap, changed, selected))
+        st.html(pool_grid_html(snap, changed, selected))
     c1, c2 = st.columns([1, 3], vertical_alignment="bottom")
     c1.number_input(
         "Block history: block id",
@@ -185,18 +206,18 @@ def state_views(trace: Trace, k: int, changed: set[int], selected: int | None) -
             hc1, hc2 = st.columns([6, 1])
             hc1.markdown(f"**History of block {selected}** (every step of the scenario; later steps greyed)")
             hc2.button("Close", on_click=close_history, key="px_b_close_hist")
-            st.html(vh.history_html(block_history(trace, selected), k))
+            st.html(history_html(block_history(trace, selected), k))
 
     st.subheader("Free queue", anchor="free-queue")
     st.caption(
         f"{snap.num_free_blocks:,} free blocks. get_new_blocks pops from the head; free_blocks puts unhashed blocks at the head and hashed ones at the tail."
     )
-    st.html(vh.free_queue_html(snap, changed, selected))
+    st.html(free_queue_html(snap, changed, selected))
 
     c1, c2 = st.columns([3, 2])
     with c1:
         st.subheader("Requests and their block tables", anchor="requests")
-        st.html(vh.requests_html(snap, changed, selected))
+        st.html(requests_html(snap, changed, selected))
     with c2:
         st.subheader("Metrics", anchor="metrics")
         _metrics(trace, k)
@@ -205,10 +226,10 @@ def state_views(trace: Trace, k: int, changed: set[int], selected: int | None) -
     with c1:
         st.subheader("Hash map", anchor="hash-map")
         st.caption(f"{len(snap.cached):,} hashes cached. One hash may map to several blocks: vLLM keeps duplicates.")
-        st.html(vh.hash_map_html(snap, step, prev, selected, int_hashes=trace.scenario.engine.int_block_hashes))
+        st.html(hash_map_html(snap, step, prev, selected, int_hashes=trace.scenario.engine.int_block_hashes))
     with c2:
         st.subheader("KV event log", anchor="events")
-        st.html(vh.event_log_html(trace, k))
+        st.html(event_log_html(trace, k))
         if step is not None and step.events:
             with st.expander(f"This step's {len(step.events)} event(s) as vLLM's msgpack decodes them"):
                 from explorer.core.events import event_to_json
@@ -240,6 +261,6 @@ def _metrics(trace: Trace, k: int) -> None:
         + f" Preempted: {s['preempted_requests']} requests, {s['preempted_hits']:,} of {s['preempted_queries']:,} tokens hit."
     )
     st.html(
-        f'<div class="px-refs">{_refs_line((explain.REFS["record_stats"], explain.REFS["prefix_cache_stats"], explain.REFS["caching_metrics"]))}</div>'
+        f'<div class="px-refs">{_refs_line((REFS["record_stats"], REFS["prefix_cache_stats"], REFS["caching_metrics"]))}</div>'
     )
-    st.html(vh.svg_img(vh.hit_rate_svg(trace, k), f"Hit rate after each step, total and windowed; step {k} marked."))
+    st.html(svg_img(hit_rate_svg(trace, k), f"Hit rate after each step, total and windowed; step {k} marked."))

@@ -41,7 +41,7 @@ from explorer.ui.explorer_stepper import autoplay, stepper
 from explorer.ui.history import changed_blocks
 from explorer.ui.state import DEFAULT_LESSON, Replayed, ViewState, to_query
 from explorer.ui.style import page_css
-from explorer.viz import html as vh
+from explorer.viz.chips import esc
 
 
 def _share_link(view: ViewState) -> None:
@@ -145,8 +145,8 @@ def render() -> None:
         else f"{eng.hash_algo}, seed {trace.hash_seed[:24]!r}{'...' if len(trace.hash_seed) > 24 else ''}, NONE_HASH {trace.none_hash.hex()[:12]}..."
     )
     st.html(
-        f'<div class="px-title"><span class="px-title-main">{vh._e(title)}</span> '
-        f'<span class="px-title-sub">{vh._e(trace.scenario.source)} · block size {eng.block_size} · {eng.num_blocks:,} blocks · {vh._e(seed)}</span></div>'
+        f'<div class="px-title"><span class="px-title-main">{esc(title)}</span> '
+        f'<span class="px-title-sub">{esc(trace.scenario.source)} · block size {eng.block_size} · {eng.num_blocks:,} blocks · {esc(seed)}</span></div>'
     )
     if rep.error:
         st.error(f"The replay stopped: {rep.error}. The steps before it are shown.")
