@@ -8,7 +8,9 @@ the metrics. The sidebar holds the scenario picker, engine settings, the playgro
 presenter mode. The whole view lives in the URL, so a link opens the same step.
 
 The page never touches an engine: every rerun replays (cached per session) and renders a
-frozen snapshot.
+frozen snapshot. Its pieces sit beside it in explorer/ui/: explorer_session (the view in session
+state and the cached replays), explorer_callbacks, explorer_sidebar, explorer_stepper and
+explorer_panels (what it draws for a step).
 """
 
 from __future__ import annotations
