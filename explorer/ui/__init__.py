@@ -1,1 +1,1 @@
-"""Streamlit pages of the Prefix Cache Explorer; each page module has a `render()`."""
+"""The Streamlit side of the explorer: page scripts in pages/, and the modules that draw them (no engine logic)."""

@@ -18,7 +18,7 @@ def changed_blocks(trace: Trace, k: int) -> set[int]:
         return set()
     step = trace.steps[k - 1]
     before = trace.snapshot_at(k - 1).blocks
-    after = step.snapshot.blocks
+    after = trace.snapshot_at(k).blocks
     out = {i for i, (a, b) in enumerate(zip(before, after)) if a != b}
     out.update(step.new_block_ids or ())
     out.update(step.touched)
@@ -34,9 +34,6 @@ class HistoryEntry:
     step: int  # 1-based step number
     label: str  # "admit B1"
     text: str  # what happened to the block
-
-    def as_row(self) -> dict[str, object]:
-        return {"step": self.step, "op": self.label, "what happened": self.text}
 
 
 def _holders(snap: Snapshot, block_id: int) -> dict[str, int]:
@@ -56,7 +53,7 @@ def block_history(trace: Trace, block_id: int) -> list[HistoryEntry]:
     prev = trace.initial
     prev_holders = _holders(prev, block_id)
     for k, step in enumerate(trace.steps, start=1):
-        snap = step.snapshot
+        snap = trace.snapshot_at(k)
         rc0, h0 = prev.blocks[block_id]
         rc1, h1 = snap.blocks[block_id]
         holders = _holders(snap, block_id)

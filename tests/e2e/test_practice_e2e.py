@@ -11,7 +11,8 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from explorer import practice as P
+from explorer.practice.generate import generate
+from explorer.practice.question import format_answer
 from tests.e2e.conftest import shot, wait_idle
 
 pytestmark = pytest.mark.e2e
@@ -42,7 +43,7 @@ def test_answer_two_questions_right_then_wrong(px_page, px_app_url):
     wait_idle(page)
     assert _score(page) == "0 / 0"
 
-    q1 = P.generate(_seed(page), "hit_length")
+    q1 = generate(_seed(page), "hit_length")
     expect(page.get_by_role("heading", name=q1.title)).to_be_visible()
     _answer(page, str(q1.answer))
     expect(page.get_by_text(re.compile(r"^Right"))).to_be_visible()
@@ -53,10 +54,10 @@ def test_answer_two_questions_right_then_wrong(px_page, px_app_url):
     page.get_by_role("button", name="New question").click()
     expect(page.get_by_text(re.compile(r"^Right"))).to_have_count(0)
     wait_idle(page)
-    q2 = P.generate(_seed(page), "hit_length")
+    q2 = generate(_seed(page), "hit_length")
     _answer(page, str(q2.answer + 1))
     verdict = page.get_by_text(re.compile(r"^Not quite"))
     expect(verdict).to_be_visible()
-    assert P.format_answer("int", q2.answer) in verdict.inner_text()
+    assert format_answer("int", q2.answer) in verdict.inner_text()
     assert _score(page) == "1 / 2"
     shot(page, "practice-wrong", full=True)

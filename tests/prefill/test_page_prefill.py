@@ -9,18 +9,16 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
+from tests.ui.helpers import page
 
-def _app() -> None:
-    import torch
-
-    torch.set_num_threads(1)
-    from explorer.ui import page_prefill
-
-    page_prefill.render()
+PREFILL_PAGE = "explorer/ui/pages/prefill.py"
 
 
 def _page() -> AppTest:
-    at = AppTest.from_function(_app, default_timeout=120)
+    import torch
+
+    torch.set_num_threads(1)
+    at = page(PREFILL_PAGE, timeout=120)
     return at.run()
 
 
@@ -74,9 +72,9 @@ def test_bad_hit_is_an_error_not_a_traceback():
 NO_TORCH = """
 import json, sys
 sys.modules["torch"] = None  # as if torch were not installed
-from streamlit.testing.v1 import AppTest
+from tests.ui.helpers import page
 
-at = AppTest.from_string("from explorer.ui import page_prefill\\npage_prefill.render()", default_timeout=60).run()
+at = page("explorer/ui/pages/prefill.py").run()
 print(json.dumps({
     "exception": [str(e.value) for e in at.exception],
     "info": [i.value for i in at.info],

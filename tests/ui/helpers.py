@@ -2,31 +2,40 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 from html import unescape
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
+# A page run on its own is its own main script, and Streamlit puts the script's folder first on
+# sys.path while it runs; there explorer/ui/pages/explorer.py would shadow the explorer package,
+# so the package is imported before any page runs.
+importlib.import_module("explorer")
+
 ROOT = Path(__file__).resolve().parents[2]
+APP = ROOT / "app.py"
+EXPLORER_PAGE = "explorer/ui/pages/explorer.py"
+HASH_PAGE = "explorer/ui/pages/hash.py"
 LESSON = ROOT / "lessons" / "00_two_chat_turns.toml"
 EDGE = Path(__file__).resolve().parent / "edge_cases.toml"
 
 
-def _explorer_app() -> None:
-    from explorer.ui import page_explorer
+def page(path: str, timeout: float = 60) -> AppTest:
+    """A page script that links to no other page, run on its own as its main script."""
+    return AppTest.from_file(str(ROOT / path), default_timeout=timeout)
 
-    page_explorer.render()
 
-
-def _hash_app() -> None:
-    from explorer.ui import page_hash
-
-    page_hash.render()
+def app_page(path: str, timeout: float = 60) -> AppTest:
+    """The app opened on one page, as a browser at its url path opens it: st.navigation registers
+    the page links go through. (Each page's url path is its file name, so the page is found by
+    its path before the first run.)"""
+    return AppTest.from_file(str(APP), default_timeout=timeout).switch_page(path)
 
 
 def explorer(query: dict[str, str] | None = None, view=None, timeout: float = 60) -> AppTest:
-    at = AppTest.from_function(_explorer_app, default_timeout=timeout)
+    at = page(EXPLORER_PAGE, timeout)
     if query:
         at.query_params.update(query)
     if view is not None:
@@ -35,7 +44,7 @@ def explorer(query: dict[str, str] | None = None, view=None, timeout: float = 60
 
 
 def hash_page(timeout: float = 60) -> AppTest:
-    return AppTest.from_function(_hash_app, default_timeout=timeout).run()
+    return page(HASH_PAGE, timeout).run()
 
 
 def html_bodies(at: AppTest) -> list[str]:

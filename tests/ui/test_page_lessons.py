@@ -5,15 +5,10 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("streamlit")
-from streamlit.testing.v1 import AppTest
+from explorer.ui.lesson_files import list_lessons
+from tests.ui.helpers import app_page
 
-from explorer.ui.page_lessons import list_lessons
-
-
-def _page():
-    from explorer.ui.page_lessons import render
-
-    render()
+LESSONS_PAGE = "explorer/ui/pages/lessons.py"
 
 
 def test_every_lesson_is_listed_with_its_title():
@@ -24,7 +19,7 @@ def test_every_lesson_is_listed_with_its_title():
 
 
 def test_pick_a_lesson_and_read_it():
-    at = AppTest.from_function(_page, default_timeout=60).run()
+    at = app_page(LESSONS_PAGE).run()
     assert not at.exception
     at.sidebar.radio(key="lessons_pick").set_value("03_lookup_cap")
     at.run()
@@ -34,7 +29,7 @@ def test_pick_a_lesson_and_read_it():
 
 
 def test_the_url_preselects_a_lesson_and_next_moves_on():
-    at = AppTest.from_function(_page, default_timeout=60)
+    at = app_page(LESSONS_PAGE)
     at.query_params["lesson"] = "12_design_doc_example"
     at.run()
     assert not at.exception
@@ -44,7 +39,7 @@ def test_the_url_preselects_a_lesson_and_next_moves_on():
 
 
 def test_a_later_link_to_another_lesson_wins_over_the_last_pick():
-    at = AppTest.from_function(_page, default_timeout=60).run()
+    at = app_page(LESSONS_PAGE).run()
     at.sidebar.radio(key="lessons_pick").set_value("02_extra_keys")
     at.run()
     at.query_params["lesson"] = "05_when_hashed"

@@ -7,17 +7,16 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest
 
-from explorer import practice as P
+from explorer.practice.generate import generate
+from explorer.practice.interview import MISTAKES, RUBRIC
+from explorer.practice.question import Question, format_answer
+from tests.ui.helpers import app_page
 
-
-def _page():
-    from explorer.ui.page_practice import render
-
-    render()
+PRACTICE_PAGE = "explorer/ui/pages/practice.py"
 
 
 def _app(seed: int, kind: str) -> AppTest:
-    at = AppTest.from_function(_page, default_timeout=60)
+    at = app_page(PRACTICE_PAGE)
     at.session_state["practice_seed"] = seed
     at.session_state["practice_kind"] = kind
     return at.run()
@@ -27,13 +26,13 @@ def _score(at: AppTest) -> str:
     return next(m.value for m in at.metric if m.label == "Score this session")
 
 
-def _answer(at: AppTest, q: P.Question, text: str) -> AppTest:
+def _answer(at: AppTest, q: Question, text: str) -> AppTest:
     at.text_input(key=f"practice_answer_{q.key}").input(text)
     return at.button(key="practice_check").click().run()
 
 
 def test_right_answer_scores_and_reveals_the_reason():
-    q = P.generate(11, "hit_length")
+    q = generate(11, "hit_length")
     at = _app(11, "hit_length")
     assert not at.exception
     assert any(q.title in s.value for s in at.subheader)
@@ -47,22 +46,22 @@ def test_right_answer_scores_and_reveals_the_reason():
 
 
 def test_wrong_answer_shows_the_truth_and_counts_once():
-    q = P.generate(12, "hit_length")
+    q = generate(12, "hit_length")
     at = _app(12, "hit_length")
     at = _answer(at, q, str(q.answer + 1))
     assert at.error and "the engine says" in at.error[0].value
-    assert P.format_answer("int", q.answer) in at.error[0].value
+    assert format_answer("int", q.answer) in at.error[0].value
     assert _score(at) == "0 / 1"
     at.run()  # a rerun does not score the same question again
     assert _score(at) == "0 / 1"
 
 
 def test_score_accumulates_over_questions_and_kinds():
-    q1 = P.generate(21, "free_queue")
+    q1 = generate(21, "free_queue")
     at = _app(21, "free_queue")
     at = _answer(at, q1, ", ".join(map(str, q1.answer)))
     assert _score(at) == "1 / 1"
-    q2 = P.generate(22, "admission")
+    q2 = generate(22, "admission")
     at.session_state["practice_seed"] = 22
     at.session_state["practice_kind"] = "admission"
     at.run()
@@ -90,9 +89,9 @@ def test_interview_rubric_mistakes_and_value_of_a_hit():
     at = _app(1, "mistake")
     assert not at.exception
     text = "\n".join(m.value for m in at.markdown)
-    for r in P.RUBRIC:
+    for r in RUBRIC:
         assert r.level in text
-    assert len([e for e in at.expander if e.label in {m.statement for m in P.MISTAKES}]) == len(P.MISTAKES)
+    assert len([e for e in at.expander if e.label in {m.statement for m in MISTAKES}]) == len(MISTAKES)
     table = at.table[0].value
     cells = table.to_string()
     for v in ("32.5 µs", "39.0 ms", "32.2 ms", "83%"):

@@ -11,7 +11,8 @@ import pytest
 from explorer.errors import BadInput
 from explorer.scenario import load_scenario
 from explorer.trace import replay
-from explorer.ui import explain
+from explorer.ui.explain import step as explain
+from explorer.ui.explain.refs import REFS
 from explorer.ui.history import block_history, changed_blocks
 from explorer.ui.state import (
     URL_BLOB_CAP,
@@ -24,7 +25,7 @@ from explorer.ui.state import (
     list_lessons,
     to_query,
 )
-from explorer.viz import html as vh
+from explorer.viz.state_html import event_log_html, requests_html
 from tests.ui.helpers import EDGE, LESSON
 
 
@@ -139,7 +140,7 @@ def test_references_are_vllm_0_31_lines():
         "reset": "vllm/v1/core/block_pool.py:830-869",
     }
     for key, loc in want.items():
-        assert explain.REFS[key].loc == loc
+        assert REFS[key].loc == loc
 
 
 def test_explanations_carry_the_steps_numbers(lesson_trace):
@@ -196,5 +197,5 @@ def test_html_escapes_user_strings():
     )
     t = replay(sc)
     snap = t.steps[1].snapshot
-    out = vh.requests_html(snap, set()) + vh.event_log_html(t, 2)
+    out = requests_html(snap, set()) + event_log_html(t, 2)
     assert "<img" not in out and "&lt;img" in out and "<b>x</b>" not in out

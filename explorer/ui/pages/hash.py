@@ -13,6 +13,7 @@ from explorer.core.hashing import HASH_ALGOS, NON_CRYPTO_HASH_ALGOS, resolve_non
 from explorer.errors import BadInput
 from explorer.hashcalc import block_hash_table
 from explorer.ui.state import UI_LIMITS
+from explorer.ui.style import CSS_PATH
 
 MAX_ROWS = 512
 K_SEED = "px_hash_drawn_seed"
@@ -96,8 +97,6 @@ def _table_html(result: dict) -> str:
 
 
 def render() -> None:
-    from explorer.ui.page_explorer import CSS_PATH
-
     with contextlib.suppress(OSError):
         st.html(f"<style>{CSS_PATH.read_text(encoding='utf-8')}</style>")
     st.title("Hash calculator")
@@ -220,3 +219,6 @@ def render() -> None:
             "sha256 and xxhash pickle the tuple (Python only); the _cbor variants hash canonical CBOR, which other languages can reproduce. "
             "xxhash digests are 16 bytes, sha256 32."
         )
+
+
+render()

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import pytest
 
-from explorer import practice as P
+from explorer.practice.generate import generate, kind_for_seed
+from explorer.practice.hit_value import hit_value_rows, load_measurements, max_hit_for
+from explorer.practice.hits import q_mistake
+from explorer.practice.interview import FOLLOW_UPS, MISTAKES, RUBRIC
+from explorer.practice.question import KINDS, Score, format_answer, parse_answer
 from explorer.trace import replay
 
 SEEDS = range(25)
 
 
-@pytest.mark.parametrize("kind", P.KINDS)
+@pytest.mark.parametrize("kind", KINDS)
 def test_every_kind_generates_and_its_answer_is_the_replay(kind):
     for seed in SEEDS:
-        q = P.generate(seed, kind)
+        q = generate(seed, kind)
         step = replay(q.scenario).steps[q.step_index]
         truth = {
             "hit_length": step.hit_tokens,
@@ -25,40 +29,40 @@ def test_every_kind_generates_and_its_answer_is_the_replay(kind):
         }[kind]
         assert q.answer == truth, (kind, seed)
         assert q.explanation and q.setup is not None and q.state and q.asked
-        right = P.format_answer(q.answer_format, q.answer).replace(" tokens", "")
+        right = format_answer(q.answer_format, q.answer).replace(" tokens", "")
         assert q.check(right).correct, (kind, seed, right)
         assert q.check(q.answer if q.answer_format == "bool" else right).correct
 
 
 def test_same_seed_same_question_and_the_seed_picks_the_kind():
-    a, b = P.generate(4242), P.generate(4242)
+    a, b = generate(4242), generate(4242)
     assert (a.kind, a.answer, a.setup, a.asked) == (b.kind, b.answer, b.setup, b.asked)
     assert a.scenario.to_toml() == b.scenario.to_toml()
-    assert len({P.kind_for_seed(s) for s in range(60)}) == len(P.KINDS)
+    assert len({kind_for_seed(s) for s in range(60)}) == len(KINDS)
 
 
 def test_wrong_answers_are_wrong_and_unreadable_ones_say_so():
-    q = P.generate(3, "hit_length")
+    q = generate(3, "hit_length")
     assert not q.check(str(q.answer + 16)).correct
     v = q.check("lots")
     assert not v.correct and v.given is None and "Could not read" in v.message
-    fq = P.generate(3, "free_queue")
+    fq = generate(3, "free_queue")
     assert not fq.check(", ".join(map(str, reversed(fq.answer)))).correct or fq.answer == list(reversed(fq.answer))
 
 
 def test_both_outcomes_occur():
-    admitted = {P.generate(s, "admission").answer for s in range(30)}
+    admitted = {generate(s, "admission").answer for s in range(30)}
     assert admitted == {True, False}
-    evicted = {P.generate(s, "next_evicted").answer is None for s in range(30)}
+    evicted = {generate(s, "next_evicted").answer is None for s in range(30)}
     assert evicted == {True, False}
-    cached = {bool(P.generate(s, "hashed_this_step").answer) for s in range(30)}
+    cached = {bool(generate(s, "hashed_this_step").answer) for s in range(30)}
     assert cached == {True, False}
 
 
 def test_refused_admissions_include_the_free_hit_trap():
     traps = 0
     for s in range(40):
-        q = P.generate(s, "admission")
+        q = generate(s, "admission")
         a = q.asked_step().admissions[0]
         assert a.ok == (a.required <= a.free_blocks)
         if not a.ok and a.new_blocks_needed <= a.free_blocks:
@@ -67,10 +71,10 @@ def test_refused_admissions_include_the_free_hit_trap():
     assert traps >= 3
 
 
-@pytest.mark.parametrize("mistake", P.MISTAKES, ids=lambda m: m.name)
+@pytest.mark.parametrize("mistake", MISTAKES, ids=lambda m: m.name)
 def test_each_common_mistake_gives_the_wrong_number(mistake):
     for seed in range(8):
-        q = P.q_mistake(seed, mistake.name)
+        q = q_mistake(seed, mistake.name)
         assert q.mistaken_answer != q.answer
         if mistake.name in ("partial_block", "identical_100"):
             assert q.answer < q.mistaken_answer  # the hit is less than the mistaken answer
@@ -81,30 +85,30 @@ def test_each_common_mistake_gives_the_wrong_number(mistake):
 
 
 def test_answer_parsing():
-    assert P.parse_answer("int", "1,184") == 1184
-    assert P.parse_answer("ids", "[4, 5 3]") == [4, 5, 3]
-    assert P.parse_answer("ids", "none") == [] == P.parse_answer("ids", "")
-    assert P.parse_answer("ids", "5–8 2, 1") == [5, 6, 7, 8, 2, 1] and P.parse_answer("ids", "3-1") == [3, 2, 1]
-    assert P.parse_answer("block", "Block 7") == 7 and P.parse_answer("block", "none") is None
-    assert P.parse_answer("bool", "Yes") is True and P.parse_answer("bool", False) is False
+    assert parse_answer("int", "1,184") == 1184
+    assert parse_answer("ids", "[4, 5 3]") == [4, 5, 3]
+    assert parse_answer("ids", "none") == [] == parse_answer("ids", "")
+    assert parse_answer("ids", "5–8 2, 1") == [5, 6, 7, 8, 2, 1] and parse_answer("ids", "3-1") == [3, 2, 1]
+    assert parse_answer("block", "Block 7") == 7 and parse_answer("block", "none") is None
+    assert parse_answer("bool", "Yes") is True and parse_answer("bool", False) is False
     for fmt, bad in (("int", "-3"), ("ids", "4, x"), ("block", "4 5"), ("bool", "maybe")):
         with pytest.raises(ValueError):
-            P.parse_answer(fmt, bad)
+            parse_answer(fmt, bad)
 
 
 def test_score_counts_each_question_once():
-    s = P.Score()
+    s = Score()
     assert s.record("a:1", True) and not s.record("a:1", False)
     s.record("a:2", False)
     assert (s.answered, s.correct, s.text) == (2, 1, "1 / 2")
-    assert P.Score().answered == 0  # no state shared between sessions
+    assert Score().answered == 0  # no state shared between sessions
 
 
 def test_follow_ups_rubric_and_value_of_a_hit():
-    assert len(P.FOLLOW_UPS) == 3 and [r.level for r in P.RUBRIC] == ["Weak", "Hire", "Strong hire"]
-    rows = {r.label: r.dense_only for r in P.hit_value_rows(8.03e9, 989e12, 0.5, 1200, 992)}
+    assert len(FOLLOW_UPS) == 3 and [r.level for r in RUBRIC] == ["Weak", "Hire", "Strong hire"]
+    rows = {r.label: r.dense_only for r in hit_value_rows(8.03e9, 989e12, 0.5, 1200, 992)}
     assert list(rows.values()) == ["32.5 µs", "39.0 ms", "6.8 ms", "32.2 ms", "83%"]
-    assert P.max_hit_for(1200) == 1184 and P.max_hit_for(4096) == 4080
+    assert max_hit_for(1200) == 1184 and max_hit_for(4096) == 4080
 
 
 def test_measurements_are_read_from_json(tmp_path):
@@ -118,6 +122,6 @@ def test_measurements_are_read_from_json(tmp_path):
     }
     (tmp_path / "prefill.json").write_text(__import__("json").dumps({"runs": [rec, {"x": 1}]}))
     (tmp_path / "broken.json").write_text("{")
-    found = P.load_measurements(tmp_path)
+    found = load_measurements(tmp_path)
     assert len(found) == 1 and found[0]["source"] == "prefill.json"
-    assert P.load_measurements(tmp_path / "missing") == []
+    assert load_measurements(tmp_path / "missing") == []

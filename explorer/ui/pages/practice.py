@@ -12,11 +12,18 @@ from pathlib import Path
 
 import streamlit as st
 
-from explorer import practice as P
+from explorer.practice.generate import generate
+from explorer.practice.hit_value import hit_value_rows, load_measurements, max_hit_for
+from explorer.practice.hits import q_mistake
+from explorer.practice.interview import FOLLOW_UPS, MISTAKES, MISTAKES_BY_NAME, RUBRIC
+from explorer.practice.question import KIND_LABELS, KINDS, MAX_SEED, Question, Score, format_answer
 from explorer.scenario_cli import describe_step
-from explorer.ui.page_lessons import lesson_title
+from explorer.ui.lesson_files import lesson_title
 
-DOCS_DIR = Path(__file__).resolve().parents[2] / "docs"
+DOCS_DIR = Path(__file__).resolve().parents[3] / "docs"
+# Other pages, by the paths app.py registers them under.
+EXPLORER_PAGE = "explorer/ui/pages/explorer.py"
+LESSONS_PAGE = "explorer/ui/pages/lessons.py"
 
 K_SEED = "practice_seed"  # the number input
 K_KIND = "practice_kind"  # the kind select box
@@ -25,9 +32,9 @@ K_REVEALED = "practice_revealed"  # question key -> (correct, message)
 ANY = "any"
 
 
-def _score() -> P.Score:
+def _score() -> Score:
     if K_SCORE not in st.session_state:
-        st.session_state[K_SCORE] = P.Score()
+        st.session_state[K_SCORE] = Score()
     return st.session_state[K_SCORE]
 
 
@@ -38,7 +45,7 @@ def _revealed() -> dict:
 
 
 def _new_seed() -> None:
-    st.session_state[K_SEED] = secrets.randbelow(P.MAX_SEED + 1)
+    st.session_state[K_SEED] = secrets.randbelow(MAX_SEED + 1)
 
 
 def _init() -> None:
@@ -46,29 +53,24 @@ def _init() -> None:
         seed = None
         try:
             raw = st.query_params.get("seed")
-            if raw is not None and raw.isdigit() and int(raw) <= P.MAX_SEED:
+            if raw is not None and raw.isdigit() and int(raw) <= MAX_SEED:
                 seed = int(raw)
             kind = st.query_params.get("kind")
-            if kind in P.KINDS:
+            if kind in KINDS:
                 st.session_state[K_KIND] = kind
         except Exception:
             pass
-        st.session_state[K_SEED] = seed if seed is not None else secrets.randbelow(P.MAX_SEED + 1)
+        st.session_state[K_SEED] = seed if seed is not None else secrets.randbelow(MAX_SEED + 1)
     st.session_state.setdefault(K_KIND, ANY)
 
 
-def _explorer_page():
-    """The explorer page as st.navigation registered it (a callable page at /explorer)."""
-    return st.Page(lambda: None, title="Explorer", url_path="explorer")
-
-
-def _open_in_explorer(q: P.Question) -> None:
+def _open_in_explorer(q: Question) -> None:
     try:
         from explorer.ui.state import encode_blob
 
         blob = encode_blob({"name": f"practice-{q.kind}-{q.seed}.toml", "toml": q.scenario.to_toml()})
         st.page_link(
-            _explorer_page(),
+            EXPLORER_PAGE,
             label="Open this scenario in the explorer",
             icon=":material/open_in_new:",
             query_params={"up": blob, "step": str(q.step_index + 1)},
@@ -81,14 +83,14 @@ def _question_block() -> None:
     c1, c2, c3 = st.columns([2, 1, 1], vertical_alignment="bottom")
     c1.selectbox(
         "Kind of question",
-        [ANY, *P.KINDS],
+        [ANY, *KINDS],
         key=K_KIND,
-        format_func=lambda k: "Any (the seed picks)" if k == ANY else P.KIND_LABELS[k],
+        format_func=lambda k: "Any (the seed picks)" if k == ANY else KIND_LABELS[k],
     )
     c2.number_input(
         "Seed",
         min_value=0,
-        max_value=P.MAX_SEED,
+        max_value=MAX_SEED,
         step=1,
         key=K_SEED,
         help="The same seed and kind always give the same question: share it to reproduce one.",
@@ -97,11 +99,11 @@ def _question_block() -> None:
 
     seed = int(st.session_state[K_SEED])
     kind = st.session_state[K_KIND]
-    q = P.generate(seed, None if kind == ANY else kind)
+    q = generate(seed, None if kind == ANY else kind)
 
     st.subheader(q.title)
     st.caption(
-        f"{P.KIND_LABELS[q.kind]} · seed {seed} · block size {q.scenario.engine.block_size}, "
+        f"{KIND_LABELS[q.kind]} · seed {seed} · block size {q.scenario.engine.block_size}, "
         f"{q.scenario.engine.num_blocks} blocks (block 0 is the null block)"
     )
     if q.mistake:
@@ -138,13 +140,13 @@ def _question_block() -> None:
     st.metric("Score this session", score.text, help="Each question counts once: its first answer.")
 
 
-def _reveal(q: P.Question, correct: bool, message: str) -> None:
+def _reveal(q: Question, correct: bool, message: str) -> None:
     (st.success if correct else st.error)(message)
     if q.mistaken_answer is not None:
         st.markdown(
-            f"The common mistake would answer **{P.format_answer(q.answer_format, q.mistaken_answer)}**; "
-            f"the engine gives **{P.format_answer(q.answer_format, q.answer)}**. "
-            f"{P.MISTAKES_BY_NAME[_mistake_name(q)].correction}"
+            f"The common mistake would answer **{format_answer(q.answer_format, q.mistaken_answer)}**; "
+            f"the engine gives **{format_answer(q.answer_format, q.answer)}**. "
+            f"{MISTAKES_BY_NAME[_mistake_name(q)].correction}"
         )
     st.markdown("**Why**")
     st.markdown("\n".join(f"- {line}" for line in q.explanation))
@@ -153,7 +155,7 @@ def _reveal(q: P.Question, correct: bool, message: str) -> None:
     st.code(describe_step(step, q.scenario.engine.block_size).strip(), language=None)
     if q.lesson:
         st.page_link(
-            _lessons_page(),
+            LESSONS_PAGE,
             label=f"Lesson {lesson_title(q.lesson)}",
             icon=":material/school:",
             query_params={"lesson": q.lesson},
@@ -168,12 +170,8 @@ def _reveal(q: P.Question, correct: bool, message: str) -> None:
     )
 
 
-def _mistake_name(q: P.Question) -> str:
-    return next(m.name for m in P.MISTAKES if m.statement == q.mistake)
-
-
-def _lessons_page():
-    return st.Page(lambda: None, title="Lessons", url_path="lessons")
+def _mistake_name(q: Question) -> str:
+    return next(m.name for m in MISTAKES if m.statement == q.mistake)
 
 
 # ---- the interview walkthrough ------------------------------------------------------------------
@@ -186,31 +184,31 @@ def _interview() -> None:
         "scored, and the mistakes that cost points, each shown by a scenario where it gives the wrong number."
     )
     st.subheader("Follow-up questions")
-    for _i, f in enumerate(P.FOLLOW_UPS):
+    for _i, f in enumerate(FOLLOW_UPS):
         with st.expander(f.question):
             st.markdown(f.answer)
             if f.lesson:
                 st.page_link(
-                    _lessons_page(),
+                    LESSONS_PAGE,
                     label=f"Lesson {lesson_title(f.lesson)}",
                     icon=":material/school:",
                     query_params={"lesson": f.lesson},
                 )
     st.subheader("How answers are scored")
-    for r in P.RUBRIC:
+    for r in RUBRIC:
         st.markdown(f"**{r.level}.** {r.summary}")
     st.subheader("Common mistakes")
-    for _i, m in enumerate(P.MISTAKES):
+    for _i, m in enumerate(MISTAKES):
         with st.expander(m.statement):
-            demo = P.q_mistake(0, m.name)
+            demo = q_mistake(0, m.name)
             st.markdown(f"{m.correction}")
             st.code(
                 "\n".join(demo.setup + (describe_step(demo.asked_step(), demo.scenario.engine.block_size).strip(),)),
                 language=None,
             )
             st.markdown(
-                f"The mistake predicts **{P.format_answer('int', demo.mistaken_answer)}**; the engine hits "
-                f"**{P.format_answer('int', demo.answer)}**."
+                f"The mistake predicts **{format_answer('int', demo.mistaken_answer)}**; the engine hits "
+                f"**{format_answer('int', demo.answer)}**."
             )
 
 
@@ -262,14 +260,14 @@ def _value_of_a_hit() -> None:
     shape_names = list(MODELS)
     default_shape = shape_names.index("llama3-8b-shape") if "llama3-8b-shape" in shape_names else 0
     shape = c6.selectbox("Model shape for the attention term", shape_names, index=default_shape, key="hit_shape")
-    cap = P.max_hit_for(prompt)
+    cap = max_hit_for(prompt)
     if hit >= prompt or hit % 16:
         st.warning(
             f"A hit is whole blocks of 16 and at most (prompt − 1) // 16 × 16 = {cap:,} tokens here; "
             f"using {min(cap, hit - hit % 16):,}."
         )
         hit = min(cap, hit - hit % 16)
-    rows = P.hit_value_rows(params_b * 1e9, peak_t * 1e12, util, prompt, hit, attention=MODELS[shape])
+    rows = hit_value_rows(params_b * 1e9, peak_t * 1e12, util, prompt, hit, attention=MODELS[shape])
     st.table(
         {
             "": [r.label for r in rows],
@@ -281,7 +279,7 @@ def _value_of_a_hit() -> None:
         "Ideal saving = hit / prompt; attention makes the saving slightly smaller than that, because the "
         "recomputed tokens at the end attend to the whole context."
     )
-    measurements = P.load_measurements(DOCS_DIR)
+    measurements = load_measurements(DOCS_DIR)
     st.subheader("Measured")
     if measurements:
         st.table(
@@ -318,3 +316,6 @@ def render() -> None:
     _interview()
     st.divider()
     _value_of_a_hit()
+
+
+render()

@@ -35,7 +35,12 @@ K_SWEEP = "pf_sweep"  # settings of the last sweep shown
 @st.cache_resource(show_spinner=False)
 def _capabilities() -> dict:
     """torch / GPU / model file, probed once per server (nothing here changes while it runs)."""
-    caps = {"torch": importlib.util.find_spec("torch") is not None, "cuda": False, "gpu": None, "smollm2": False}
+    caps: dict[str, bool | str | None] = {
+        "torch": importlib.util.find_spec("torch") is not None,
+        "cuda": False,
+        "gpu": None,
+        "smollm2": False,
+    }
     if caps["torch"]:
         import torch
 
@@ -281,3 +286,6 @@ def render() -> None:
         f"The longest hit for a {prompt:,}-token prompt is {hint:,} tokens: the last token always runs, and "
         "hits are whole blocks."
     )
+
+
+render()

@@ -7,49 +7,17 @@ lesson from the URL parameter `lesson` (the file stem).
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-from pathlib import Path
-
 import streamlit as st
 
 from explorer.errors import BadInput
 from explorer.scenario import load_scenario
+from explorer.ui.lesson_files import LessonFile, list_lessons
 
-LESSONS_DIR = Path(__file__).resolve().parents[2] / "lessons"
 K_PICK = "lessons_pick"
 K_LAST_URL = "lessons_last_url_pick"
-_STEM = re.compile(r"^\d\d_[a-z0-9_]+$")
-
-
-@dataclass(frozen=True)
-class LessonFile:
-    stem: str
-    title: str
-    md: Path
-    toml: Path
-
-
-def list_lessons(directory: Path = LESSONS_DIR) -> list[LessonFile]:
-    """Every lesson with both files, in order of its number."""
-    out = []
-    for md in sorted(directory.glob("*.md")):
-        toml = md.with_suffix(".toml")
-        if not _STEM.match(md.stem) or not toml.is_file():
-            continue
-        first = md.read_text(encoding="utf-8").split("\n", 1)[0]
-        title = first[2:].strip() if first.startswith("# ") else md.stem
-        out.append(LessonFile(md.stem, title, md, toml))
-    return out
-
-
-def _explorer_page():
-    """The explorer page as st.navigation registered it (a callable page at /explorer)."""
-    return st.Page(lambda: None, title="Explorer", url_path="explorer")
-
-
-def _practice_page():
-    return st.Page(lambda: None, title="Practice", url_path="practice")
+# Other pages, by the paths app.py registers them under.
+EXPLORER_PAGE = "explorer/ui/pages/explorer.py"
+PRACTICE_PAGE = "explorer/ui/pages/practice.py"
 
 
 def _initial_pick(stems: list[str]) -> str:
@@ -70,23 +38,13 @@ def _url_names_lesson() -> bool:
         return False
 
 
-def lesson_title(stem: str, directory: Path = LESSONS_DIR) -> str:
-    """A lesson's title (the first line of its narrative), or its stem."""
-    md = directory / f"{stem}.md"
-    if _STEM.match(stem) and md.is_file():
-        first = md.read_text(encoding="utf-8").split("\n", 1)[0]
-        if first.startswith("# "):
-            return first[2:].strip()
-    return stem
-
-
 def _steps_table(lesson: LessonFile) -> None:
     try:
         scenario = load_scenario(lesson.toml)
     except BadInput as e:
         st.error(f"This lesson's scenario does not load: {e}")
         return
-    rows = {"step": [], "op": [], "note": [], "checks": []}
+    rows: dict[str, list[int | str]] = {"step": [], "op": [], "note": [], "checks": []}
     for op in scenario.ops:
         rows["step"].append(op.index + 1)
         rows["op"].append(f"{op.op} {op.id or ''}".strip())
@@ -119,7 +77,7 @@ def render() -> None:
     lesson = by_stem[st.session_state[K_PICK]]
 
     st.page_link(
-        _explorer_page(),
+        EXPLORER_PAGE,
         label="Open this lesson in the explorer",
         icon=":material/play_circle:",
         query_params={"lesson": lesson.stem, "scenario": lesson.stem},
@@ -140,10 +98,13 @@ def render() -> None:
             key="lessons_prev",
             on_click=lambda: st.session_state.__setitem__(K_PICK, stems[i - 1]),
         )
-    c2.page_link(_practice_page(), label="Practise: predict before you see", icon=":material/quiz:")
+    c2.page_link(PRACTICE_PAGE, label="Practise: predict before you see", icon=":material/quiz:")
     if i + 1 < len(stems):
         c3.button(
             f"{by_stem[stems[i + 1]].title} →",
             key="lessons_next",
             on_click=lambda: st.session_state.__setitem__(K_PICK, stems[i + 1]),
         )
+
+
+render()

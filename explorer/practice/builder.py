@@ -1,0 +1,182 @@
+"""Scenario building for practice questions: the steps of a small random scenario, and the
+question read from its replay (setup lines, the state before the asked step, the asked op)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from explorer.practice.question import Question
+from explorer.scenario import Scenario, parse_scenario_dict
+from explorer.trace import Snapshot, Step, Trace, replay
+
+
+def _spec(tokens: Sequence[int]) -> str:
+    """Token ids as a compact token spec: runs of consecutive ids become a:b."""
+    parts: list[str] = []
+    i = 0
+    while i < len(tokens):
+        j = i
+        while j + 1 < len(tokens) and tokens[j + 1] == tokens[j] + 1:
+            j += 1
+        if j - i >= 2:
+            parts.append(f"{tokens[i]}:{tokens[j] + 1}")
+        else:
+            parts.extend(str(t) for t in tokens[i : j + 1])
+        i = j + 1
+    return ", ".join(parts)
+
+
+def token_run(start: int, n: int) -> list[int]:
+    """n consecutive token ids from start."""
+    return list(range(start, start + n))
+
+
+class ScenarioBuilder:
+    """Steps of a practice scenario, with the tokens each request holds (for explanations)."""
+
+    def __init__(self, block_size: int, num_blocks: int) -> None:
+        self.bs = block_size
+        self.nb = num_blocks
+        self.steps: list[dict[str, Any]] = []
+        self.tokens: dict[str, list[int]] = {}
+        self.extra: dict[str, tuple] = {}
+
+    def arrive(self, rid: str, tokens: list[int], **kw: Any) -> None:
+        self.steps.append({"op": "arrive", "id": rid, "prompt": _spec(tokens), **kw})
+        self.tokens[rid] = list(tokens)
+        self.extra[rid] = (kw.get("lora"), kw.get("cache_salt"))
+
+    def op(self, op: str, rid: str | None = None, **kw: Any) -> int:
+        d: dict[str, Any] = {"op": op, **({"id": rid} if rid is not None else {}), **kw}
+        if op in ("sample", "generate") and rid is not None:
+            toks = kw["tokens"]
+            self.tokens[rid].extend(toks)
+            d["tokens"] = _spec(toks)
+        self.steps.append(d)
+        return len(self.steps) - 1
+
+    def scenario(self, title: str, source: str) -> Scenario:
+        return parse_scenario_dict(
+            {"title": title, "engine": {"block_size": self.bs, "num_blocks": self.nb}, "steps": self.steps}, source
+        )
+
+
+def _describe_op(raw: Mapping[str, Any]) -> str:
+    """A step as the learner sees it before it runs: the op and its inputs, no outcome."""
+    op, rid = raw["op"], raw.get("id")
+    if op == "arrive":
+        extras = []
+        if raw.get("lora"):
+            extras.append(f"LoRA {raw['lora']!r}")
+        if raw.get("cache_salt"):
+            extras.append(f"cache_salt {raw['cache_salt']!r}")
+        from explorer.tokens import spec_length
+
+        n = spec_length(raw["prompt"])
+        return f"{rid} arrives: prompt `{raw['prompt']}` ({n} tokens)" + (f", {', '.join(extras)}" if extras else "")
+    if op == "admit":
+        return f"the scheduler admits {rid}" + (
+            f" for at most {raw['tokens']} tokens (a prefill chunk)" if "tokens" in raw else ""
+        )
+    if op == "generate":
+        return f"{rid} generates `{raw['tokens']}` (each pending token is computed, then the next is sampled)"
+    if op == "sample":
+        return f"{rid} samples `{raw['tokens']}` (appended, not computed yet)"
+    if op == "decode":
+        return f"{rid} computes its pending token (decode)"
+    if op == "finish":
+        return f"{rid} finishes"
+    if op == "preempt":
+        return f"{rid} is preempted"
+    if op == "reset":
+        return "reset_prefix_cache()" + (" with running = true" if raw.get("running") else "")
+    return op
+
+
+def _setup_lines(trace: Trace, upto: int) -> tuple[str, ...]:
+    """The ops before the asked one, each with its outcome (they already happened)."""
+    from explorer.scenario_cli import describe_step
+
+    bs = trace.scenario.engine.block_size
+    return tuple(describe_step(s, bs).strip() for s in trace.steps[:upto])
+
+
+def _queue_text(queue: Sequence[int], mark: Callable[[int], str], hashed: Callable[[int], bool]) -> str:
+    """The free queue head first; runs of 4+ consecutive ids without a hash shortened to a–b."""
+    parts: list[str] = []
+    i = 0
+    while i < len(queue):
+        j = i
+        while j + 1 < len(queue) and queue[j + 1] == queue[j] + 1 and not hashed(queue[j + 1]) and not hashed(queue[i]):
+            j += 1
+        if j - i >= 3:
+            parts.append(f"{queue[i]}–{queue[j]}")
+        else:
+            parts.extend(mark(b) for b in queue[i : j + 1])
+        i = j + 1
+    return " ".join(parts)
+
+
+def _state_lines(snap: Snapshot, bs: int) -> tuple[str, ...]:
+    """The pool before the asked step: the free queue with hash marks, and the live requests."""
+
+    def mark(b: int) -> str:
+        return f"{b}#" if snap.blocks[b][1] is not None else str(b)
+
+    fq = _queue_text(snap.free_queue, mark, lambda b: snap.blocks[b][1] is not None) or "(empty)"
+    lines = [f"Free queue, head first ({snap.num_free_blocks} free; # = holds a hash): {fq}"]
+    held = [i for i, (rc, _) in enumerate(snap.blocks) if i > 0 and rc > 0]
+    if held:
+        lines.append("Blocks in use (ref_cnt): " + ", ".join(f"{i} ({snap.blocks[i][0]})" for i in held))
+    for r in snap.requests:
+        lines.append(
+            f"Request {r.request_id} ({r.status}): {r.num_tokens} tokens, {r.num_computed_tokens} computed, "
+            f"blocks {list(r.block_ids)}"
+        )
+    lines.append(f"Block size {bs}.")
+    return tuple(lines)
+
+
+def finish_question(
+    kind: str,
+    seed: int,
+    b: ScenarioBuilder,
+    asked: int,
+    title: str,
+    question: str,
+    fmt: str,
+    answer_of: Callable[[Step], Any],
+    explain: Callable[[Trace, Step], tuple[str, ...]],
+    lesson: str | None,
+    **extra: Any,
+) -> Question:
+    scenario = b.scenario(title, f"practice:{kind}:{seed}")
+    trace = replay(scenario)
+    step = trace.steps[asked]
+    return Question(
+        kind=kind,
+        seed=seed,
+        title=title,
+        question=question,
+        setup=_setup_lines(trace, asked),
+        state=_state_lines(trace.snapshot_at(asked), b.bs),
+        asked=_describe_op(scenario.raw_steps[asked]),
+        answer_format=fmt,
+        answer=answer_of(step),
+        explanation=explain(trace, step),
+        scenario=scenario,
+        step_index=asked,
+        lesson=lesson,
+        **extra,
+    )
+
+
+def snapshot_after(step: Step) -> Snapshot:
+    """The pool after a step: a practice replay records every step, so the snapshot is there."""
+    assert step.snapshot is not None
+    return step.snapshot
+
+
+def ids_text(ids: Sequence[int]) -> str:
+    return "[" + ", ".join(str(i) for i in ids) + "]"

@@ -1,0 +1,43 @@
+"""Number words and request lookups shared by the sentence builders."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from explorer.scenario_cli import id_ranges
+from explorer.trace import RequestView, Trace
+
+
+def counted(count: int, word: str, plural: str | None = None) -> str:
+    """ "1 block", "3 blocks" (or the given plural), with thousands separators."""
+    return f"{count:,} {word if count == 1 else (plural or word + 's')}"
+
+
+def blocks_text(count: int) -> str:
+    return counted(count, "block")
+
+
+def ids_text(ids: Iterable[int]) -> str:
+    """Block ids with runs of consecutive ids shortened ("1-3, 7-5"), or "none"."""
+    items = list(ids)
+    if not items:
+        return "none"
+    return id_ranges(items)[1:-1]
+
+
+def request_at(trace: Trace, k: int, rid: str | None) -> RequestView | None:
+    """The request's view after step k, or (if it finished) before it."""
+    if rid is None:
+        return None
+    snap = trace.snapshot_at(k)
+    r = snap.request(rid)
+    if r is None and k > 0:
+        r = trace.snapshot_at(k - 1).request(rid)
+    return r
+
+
+def tail_words(n: int, bs: int) -> str:
+    tail = n % bs
+    if tail == 0:
+        return f"no partial tail ({n:,} is a multiple of {bs})"
+    return f"a partial tail of {counted(tail, 'token')} that gets no hash"

@@ -1,0 +1,266 @@
+"""What the explorer page draws for step k: the NOW box, the phase panels of the step, and the
+state after it (block pool, block history, free queue, requests, metrics, hash map, KV events)."""
+
+from __future__ import annotations
+
+import json
+
+import streamlit as st
+
+from explorer.trace import Trace
+from explorer.ui.explain import step as explain
+from explorer.ui.explain.records import PANEL_TITLES
+from explorer.ui.explain.refs import REFS
+from explorer.ui.explorer_callbacks import close_history, on_block
+from explorer.ui.explorer_session import W_BLOCK, current_view, set_view
+from explorer.ui.history import block_history
+from explorer.viz.chips import esc, grid_mode, legend_html, snap_chip
+from explorer.viz.figures import heat_strip
+from explorer.viz.panels_html import (
+    allocate_html,
+    caching_html,
+    digest_table_html,
+    eviction_html,
+    free_html,
+    hashing_html,
+    lookup_html,
+    phase_strip_html,
+)
+from explorer.viz.state_html import (
+    event_log_html,
+    free_queue_html,
+    hash_map_html,
+    history_html,
+    hit_rate_svg,
+    pool_grid_html,
+    pool_summary_html,
+    requests_html,
+    svg_img,
+)
+
+
+@st.cache_resource
+def click_component():
+    """A script-only component: a click on any block chip opens that block's history."""
+    js = """
+export default function (component) {
+  const { setTriggerValue } = component;
+  const onClick = (e) => {
+    const el = e.target && e.target.closest ? e.target.closest('[data-px-block]') : null;
+    if (!el) return;
+    const id = parseInt(el.getAttribute('data-px-block'), 10);
+    if (!Number.isNaN(id)) setTriggerValue('block', id);
+  };
+  document.addEventListener('click', onClick, true);
+  document.body.setAttribute('data-px-click-ready', '1');
+  return () => document.removeEventListener('click', onClick, true);
+}
+"""
+    return st.components.v2.component("px_block_click", js=js)
+
+
+def _refs_line(refs) -> str:
+    return " ".join(f"<span class='px-ref'>{esc(r.func)} <span class='px-loc'>{esc(r.loc)}</span></span>" for r in refs)
+
+
+def now_box(trace: Trace, k: int, base_ops: int) -> None:
+    now = explain.now(trace, k)
+    n = len(trace.steps)
+    origin = ' <span class="px-tag">playground</span>' if k > base_ops else ""
+    extra = ""
+    failures: tuple[str, ...] = ()
+    if k > 0:
+        step = trace.steps[k - 1]
+        if step.op.note:
+            extra += f'<div class="px-note" data-px-note="1"><b>Lesson:</b> {esc(step.op.note)}</div>'
+        if step.op.expect:
+            failures = step.expect_failures
+            if not failures:
+                extra += (
+                    '<div class="px-checks" data-px-checks="ok">&#10003; lesson checks hold: '
+                    + esc(", ".join(f"{key} = {_short(v)}" for key, v in step.op.expect.items()))
+                    + "</div>"
+                )
+    st.html(
+        f'<div class="px-now" data-px-now="{k}"><div class="px-headline">Step {k} of {n}: {esc(now.headline)}{origin}</div>'
+        f'<div class="px-refs">{_refs_line(now.refs)}</div><div class="px-now-text">{esc(now.text)}</div>{extra}</div>'
+    )
+    for f in failures:
+        st.warning(f"Lesson check failed: {f}")
+
+
+def _short(v: object) -> str:
+    s = json.dumps(v) if not isinstance(v, str) else v
+    return s if len(s) <= 40 else s[:37] + "..."
+
+
+def phase_panels(trace: Trace, k: int, changed: set[int], selected: int | None) -> None:
+    panels = explain.panels(trace, k)
+    st.html(phase_strip_html({p.key: p.summary for p in panels}, PANEL_TITLES))
+    if k == 0:
+        return
+    step = trace.steps[k - 1]
+    before, after = trace.snapshot_at(k - 1), trace.snapshot_at(k)
+    eng = trace.scenario.engine
+    bs = eng.block_size
+    ints = eng.int_block_hashes
+    for p in panels:
+        with st.container(border=True, key=f"px_panel_{p.key}"):
+            st.html(
+                f'<div class="px-panel-head" data-px-panel="{p.key}">{p.number} · {esc(p.title)}</div>'
+                f'<div class="px-refs">{_refs_line(p.refs)}</div>'
+            )
+            st.markdown(p.text)
+            body = ""
+            if p.key == "hashing" and eng.enable_prefix_caching:
+                rid = step.op.id
+                assert rid is not None  # arrive, sample and generate name their request
+                req = after.request(rid) or before.request(rid)
+                n = len(step.op.prompt) if step.op.op == "arrive" else (req.num_tokens if req else 0)
+                parent = None
+                if step.hashed and step.hashed[0].index > 0 and req is not None:
+                    parent = req.block_hashes[step.hashed[0].index - 1]
+                st.html(hashing_html(step, trace.none_hash, parent, n, bs, ints, _snippets(step)))
+                if len(step.hashed) > 1:
+                    with st.expander(f"All {len(step.hashed):,} digests in full"):
+                        st.html(digest_table_html(step.hashed, ints))
+            elif p.key == "lookup" and step.lookup is not None:
+                body = lookup_html(step, step.lookup.num_tokens // bs, bs)
+            elif p.key == "allocate":
+                body = allocate_html(step, before, after, changed, selected)
+            elif p.key == "caching":
+                body = caching_html(step, after, changed, selected, ints)
+            elif p.key == "free":
+                body = free_html(step, after, changed, selected)
+            elif p.key == "eviction":
+                body = eviction_html(step, before, after, changed, selected, ints)
+            if body:
+                st.html(body)
+
+
+def _snippets(step) -> dict[int, str]:
+    """Token text of the first blocks of a typed prompt (shown on the hash cards)."""
+    if step.op.op != "arrive" or not step.op.text or not step.hashed:
+        return {}
+    try:
+        from explorer.tokens import token_strings
+
+        out = {}
+        for hb in list(step.hashed[:20]) + list(step.hashed[-4:]):
+            out[hb.index] = "".join(token_strings(step.op.prompt[hb.start : hb.end]))
+        return out
+    except Exception:
+        return {}
+
+
+def state_views(trace: Trace, k: int, changed: set[int], selected: int | None) -> None:
+    snap = trace.snapshot_at(k)
+    prev = trace.snapshot_at(k - 1) if k > 0 else None
+    step = trace.steps[k - 1] if k > 0 else None
+    n = len(snap.blocks)
+    st.subheader(f"Block pool after step {k}" if k else "Block pool before step 1", anchor="pool")
+    st.html(legend_html() + pool_summary_html(snap))
+    if grid_mode(n) == "strip":
+        ev = st.plotly_chart(
+            heat_strip(snap, changed, selected),
+            key="px_strip",
+            on_select="rerun",
+            selection_mode="points",
+            config={"displayModeBar": False},
+        )
+        pts = getattr(getattr(ev, "selection", None), "points", None) or []
+        if pts:
+            cd = pts[0].get("customdata")
+            if isinstance(cd, int) and cd != selected:
+                selected = cd
+                set_view(current_view().with_(block=cd))
+        st.caption(
+            "One cell per block, 100 blocks a row, coloured by state; an open square marks a block this step changed. "
+            "Hover for id, ref_cnt and hash; click a marked block (or type its id below) for its history."
+        )
+        if changed:
+            from explorer.scenario_cli import id_ranges
+
+            ids = sorted(changed)
+            chips = "".join(snap_chip(snap, b, changed, selected, "full") for b in ids) if len(ids) <= 60 else ""
+            st.html(
+                f'<div class="px-row" data-px-changed="{len(ids)}"><span class="px-rowlabel">changed by this step ({len(ids):,} blocks):</span>'
+                + (chips or f"<code>{esc(id_ranges(ids)[1:-1])}</code>")
+                + "</div>"
+            )
+    else:
+        st.html(pool_grid_html(snap, changed, selected))
+    c1, c2 = st.columns([1, 3], vertical_alignment="bottom")
+    c1.number_input(
+        "Block history: block id",
+        min_value=0,
+        max_value=n - 1,
+        step=1,
+        key=W_BLOCK,
+        on_change=on_block,
+        placeholder="click a block",
+        help="Click any block chip on the page, or type its id.",
+    )
+    if selected is not None and 0 <= selected < n:
+        with st.container(border=True, key="px_history"):
+            hc1, hc2 = st.columns([6, 1])
+            hc1.markdown(f"**History of block {selected}** (every step of the scenario; later steps greyed)")
+            hc2.button("Close", on_click=close_history, key="px_b_close_hist")
+            st.html(history_html(block_history(trace, selected), k))
+
+    st.subheader("Free queue", anchor="free-queue")
+    st.caption(
+        f"{snap.num_free_blocks:,} free blocks. get_new_blocks pops from the head; free_blocks puts unhashed blocks at the head and hashed ones at the tail."
+    )
+    st.html(free_queue_html(snap, changed, selected))
+
+    c1, c2 = st.columns([3, 2])
+    with c1:
+        st.subheader("Requests and their block tables", anchor="requests")
+        st.html(requests_html(snap, changed, selected))
+    with c2:
+        st.subheader("Metrics", anchor="metrics")
+        _metrics(trace, k)
+
+    c1, c2 = st.columns(2)
+    with c1:
+        st.subheader("Hash map", anchor="hash-map")
+        st.caption(f"{len(snap.cached):,} hashes cached. One hash may map to several blocks: vLLM keeps duplicates.")
+        st.html(hash_map_html(snap, step, prev, selected, int_hashes=trace.scenario.engine.int_block_hashes))
+    with c2:
+        st.subheader("KV event log", anchor="events")
+        st.html(event_log_html(trace, k))
+        if step is not None and step.events:
+            with st.expander(f"This step's {len(step.events)} event(s) as vLLM's msgpack decodes them"):
+                from explorer.core.events import event_to_json
+
+                evs = [event_to_json(e) for e in step.events[:20]]
+                for e in evs:
+                    if isinstance(e.get("token_ids"), list) and len(e["token_ids"]) > 32:
+                        e["token_ids"] = e["token_ids"][:16] + [f"... {len(e['token_ids'])} in all"]
+                st.json(evs, expanded=True)
+
+
+def _metrics(trace: Trace, k: int) -> None:
+    snap = trace.snapshot_at(k)
+    prev = trace.snapshot_at(k - 1) if k > 0 else snap
+    s, p = snap.stats, prev.stats
+    rate = s["hits"] / s["queries"] if s["queries"] else 0.0
+    c = st.columns(2)
+    c[0].metric("Queries (tokens)", f"{s['queries']:,}", delta=(s["queries"] - p["queries"]) or None)
+    c[1].metric("Hits (tokens)", f"{s['hits']:,}", delta=(s["hits"] - p["hits"]) or None)
+    c = st.columns(2)
+    c[0].metric("Hit rate (total)", f"{rate:.1%}")
+    c[1].metric(
+        f"Window ({snap.window_requests} req.)",
+        f"{snap.window_hit_rate:.1%}",
+        help="vLLM's logged rate: the last ~1000 requests (CachingMetrics), preempted ones excluded.",
+    )
+    st.caption(
+        explain.metrics_sentence(trace, k)
+        + f" Preempted: {s['preempted_requests']} requests, {s['preempted_hits']:,} of {s['preempted_queries']:,} tokens hit."
+    )
+    st.html(
+        f'<div class="px-refs">{_refs_line((REFS["record_stats"], REFS["prefix_cache_stats"], REFS["caching_metrics"]))}</div>'
+    )
+    st.html(svg_img(hit_rate_svg(trace, k), f"Hit rate after each step, total and windowed; step {k} marked."))

@@ -1,0 +1,217 @@
+"""The explorer page's sidebar: the scenario picker, engine settings, the playground, files and
+presenter mode."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from explorer.scenario import Scenario
+from explorer.trace import Trace
+from explorer.ui.explorer_callbacks import (
+    act,
+    clear_edits,
+    new_seed,
+    on_arrive,
+    on_engine,
+    on_lesson,
+    on_presenter,
+    on_upload,
+    undo,
+)
+from explorer.ui.explorer_session import (
+    ENGINE_WIDGETS,
+    UPLOADED,
+    W_ALGO,
+    W_BS,
+    W_LESSON,
+    W_NB,
+    W_PC,
+    W_PRESENTER,
+    W_SEED,
+)
+from explorer.ui.state import (
+    MAX_GENERATE,
+    MAX_UPLOAD_BYTES,
+    UI_LIMITS,
+    ViewState,
+    list_lessons,
+    live_requests,
+    next_request_id,
+    session_json,
+    session_toml,
+)
+
+
+def sidebar(view: ViewState, base: Scenario | None, sc: Scenario | None, trace: Trace | None) -> None:
+    sb = st.sidebar
+    lessons = list_lessons()
+    options = ([UPLOADED] if view.upload is not None else []) + lessons
+    if st.session_state.get(W_LESSON) not in options:
+        st.session_state[W_LESSON] = options[0] if options else None
+    sb.selectbox(
+        "Lesson / scenario",
+        options,
+        key=W_LESSON,
+        on_change=on_lesson,
+        format_func=lambda o: f"Uploaded: {view.upload[0]}" if o == UPLOADED and view.upload else o,
+        help="Scenarios from lessons/*.toml, or the file you uploaded.",
+    )
+
+    eng = base.engine if base is not None else None
+    with sb.expander("Engine settings", expanded=False, key="px_x_engine"):
+        if eng is not None:
+            for wkey, ekey in ENGINE_WIDGETS.items():
+                st.session_state.setdefault(wkey, view.engine.get(ekey, getattr(eng, ekey)))
+            st.number_input("Block size (tokens)", min_value=1, max_value=1024, step=1, key=W_BS, on_change=on_engine)
+            st.number_input(
+                "Number of blocks (block 0 is the null block)",
+                min_value=2,
+                max_value=UI_LIMITS.max_blocks,
+                step=1,
+                key=W_NB,
+                on_change=on_engine,
+            )
+            from explorer.core.hashing import HASH_ALGOS
+
+            st.selectbox("Hash algorithm", HASH_ALGOS, key=W_ALGO, on_change=on_engine)
+            st.text_input(
+                "Hash seed (PYTHONHASHSEED)",
+                key=W_SEED,
+                on_change=on_engine,
+                placeholder="empty: vLLM's default",
+                max_chars=256,
+            )
+            st.toggle("Prefix caching", key=W_PC, on_change=on_engine)
+            if trace is not None:
+                if trace.hash_seed is None:
+                    st.caption("Prefix caching is off: no hasher, no seed.")
+                elif (
+                    sc is not None
+                    and view.drawn_seed
+                    and sc.engine.hash_seed == view.drawn_seed
+                    and not view.engine.get("hash_seed")
+                ):
+                    st.caption(
+                        f"xxhash without a seed: vLLM draws a random one. This session drew `{view.drawn_seed[:16]}...` and keeps it (and puts it in the link), so the hashes stay put."
+                    )
+                    st.button("Draw a new seed", on_click=new_seed, key="px_b_newseed")
+                else:
+                    st.caption(f"Seed: `{trace.hash_seed[:40]}`")
+            if view.engine:
+                st.caption("Changed: " + ", ".join(f"{k} = {v!r}" for k, v in view.engine.items()))
+
+    with sb.expander("Playground", expanded=bool(view.edits), key="px_x_playground"):
+        _playground(view, sc, trace)
+
+    with sb.expander("Files", expanded=False, key="px_x_files"):
+        st.file_uploader(
+            "Upload a scenario (.toml)",
+            type=["toml"],
+            key="px_w_upload",
+            on_change=on_upload,
+            max_upload_size=1,
+            help=f"At most {MAX_UPLOAD_BYTES // 1024} KiB.",
+        )
+        if sc is not None and trace is not None:
+            stem = Path(view.upload[0]).stem if view.upload else (view.lesson or "session")
+            st.download_button(
+                "Download the session as a scenario (TOML)",
+                data=lambda: session_toml(sc),
+                file_name=f"{stem}-session.toml",
+                mime="application/toml",
+                key="px_dl_toml",
+                on_click="ignore",
+            )
+            st.download_button(
+                "Download the replay (JSON)",
+                data=lambda: session_json(trace),
+                file_name=f"{stem}-replay.json",
+                mime="application/json",
+                key="px_dl_json",
+                on_click="ignore",
+            )
+
+    sb.toggle(
+        "Presenter mode",
+        key=W_PRESENTER,
+        on_change=on_presenter,
+        help="Hides the sidebar and enlarges the panels for a projector.",
+    )
+
+
+def _playground(view: ViewState, sc: Scenario | None, trace: Trace | None) -> None:
+    try:
+        from explorer.tokens import tokenizer_available
+
+        has_tok = tokenizer_available()
+    except Exception:
+        has_tok = False
+    ss = st.session_state
+    if sc is not None and not ss.get("px_p_id"):
+        ss["px_p_id"] = next_request_id(sc)
+    st.markdown("**A new request**")
+    kinds = ["Text", "Token spec"] if has_tok else ["Token spec"]
+    if ss.get("px_p_kind") not in kinds:
+        ss["px_p_kind"] = kinds[0]
+    st.radio("Prompt as", kinds, key="px_p_kind", horizontal=True)
+    if not has_tok:
+        st.caption(
+            "Typed text needs SmolLM2-135M's tokenizer, whose model file is not installed here: use a token spec "
+            "like `0:480, 1000:1100` (ranges a:b, repeats x*n)."
+        )
+    st.checkbox("Add an image placeholder", key="px_p_img")
+    with st.form("px_arrive", clear_on_submit=False, border=False):
+        st.text_input("Request id", key="px_p_id", max_chars=40)
+        if ss.get("px_p_kind") == "Text":
+            st.text_area(
+                "Text (SmolLM2-135M tokens)",
+                key="px_p_text",
+                max_chars=20_000,
+                height=90,
+                placeholder="You are a helpful assistant...",
+            )
+        else:
+            st.text_input(
+                "Token spec",
+                key="px_p_spec",
+                placeholder="0:480, 7*20",
+                max_chars=2_000,
+                help="Comma-separated parts: a:b is the range a..b-1, x*n repeats x n times, a bare number is itself.",
+            )
+        c1, c2 = st.columns(2)
+        c1.text_input("LoRA name", key="px_p_lora", max_chars=64)
+        c2.text_input("cache_salt", key="px_p_salt", max_chars=64)
+        if ss.get("px_p_img"):
+            c1, c2, c3 = st.columns(3)
+            c1.text_input("image id", key="px_p_img_id", placeholder="img-1", max_chars=40)
+            c2.number_input("offset", key="px_p_img_off", min_value=0, step=1, value=0)
+            c3.number_input("length", key="px_p_img_len", min_value=1, step=1, value=16)
+        st.checkbox("prompt_logprobs (skips the lookup)", key="px_p_logprobs")
+        st.form_submit_button("Arrive", on_click=on_arrive, type="primary")
+    st.markdown("**Act on a request**")
+    live = live_requests(trace) if trace is not None else []
+    if ss.get("px_a_req") not in live:
+        ss["px_a_req"] = live[-1] if live else None
+    st.selectbox("Request", live, key="px_a_req", placeholder="no live request")
+    c1, c2 = st.columns(2)
+    c1.number_input("admit: chunk (0 = all)", key="px_a_chunk", min_value=0, step=16, value=0)
+    c2.number_input("generate: tokens", key="px_a_gen", min_value=1, max_value=MAX_GENERATE, step=1, value=16)
+    cols = st.columns(2)
+    cols[0].button("Admit", on_click=act, args=("admit",), key="px_b_admit", width="stretch")
+    cols[1].button("Generate", on_click=act, args=("generate",), key="px_b_generate", width="stretch")
+    cols = st.columns(2)
+    cols[0].button("Finish", on_click=act, args=("finish",), key="px_b_finish", width="stretch")
+    cols[1].button("Preempt", on_click=act, args=("preempt",), key="px_b_preempt", width="stretch")
+    st.checkbox(
+        "reset preempts running requests (running = true)",
+        key="px_a_running",
+        help="Preempt every running request first, last started first, as vLLM's scheduler does on a reset.",
+    )
+    st.button("Reset the prefix cache", on_click=act, args=("reset",), key="px_b_reset", width="stretch")
+    if view.edits:
+        st.caption(f"{len(view.edits)} playground step(s), appended after the scenario's own.")
+        c1, c2 = st.columns(2)
+        c1.button("Undo last", on_click=undo, key="px_b_undo", width="stretch")
+        c2.button("Clear all", on_click=clear_edits, key="px_b_clear", width="stretch")

@@ -1,0 +1,1 @@
+"""Tests of explorer.practice: questions from seeds, answered by the replay."""
