@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 PORT ?= 8501
 
-.PHONY: setup run test test-fast bench clean
+.PHONY: setup run test test-fast lint bench clean
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	$(PY) -m venv $(VENV)
@@ -24,6 +24,12 @@ run: setup
 test: setup
 	bash scripts/setup_test_env.sh
 	bash scripts/run_tests.sh
+
+# ruff (lint + format) and mypy, as `make test` runs them first.
+lint: setup
+	$(BIN)/ruff check explorer tests scripts app.py
+	$(BIN)/ruff format --check explorer tests scripts app.py
+	$(BIN)/mypy
 
 # Unit tiers only: no browser, no vLLM oracle.
 test-fast: setup

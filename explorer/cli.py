@@ -22,16 +22,20 @@ class _Parser(argparse.ArgumentParser):
         raise BadInput(f"{self.prog}: {message}")
 
 
-def _int_at_least(lo: int, what: str):
-    """An argparse type: an integer >= ``lo``."""
+def _int_at_least(lo: int, what: str, hi: int | None = None):
+    """An argparse type: an integer >= ``lo`` (and <= ``hi``), ASCII digits only."""
 
     def convert(text: str) -> int:
+        if not text.isascii():
+            raise argparse.ArgumentTypeError(f"expected an integer in ASCII digits, got {text!r}")
         try:
             v = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
         if v < lo:
             raise argparse.ArgumentTypeError(f"expected {what}, got {v}")
+        if hi is not None and v > hi:
+            raise argparse.ArgumentTypeError(f"{v:,} is more than the limit {hi:,}")
         return v
 
     return convert
@@ -179,9 +183,13 @@ def build_parser() -> argparse.ArgumentParser:
     lis.add_argument("--json", action="store_true")
     lis.set_defaults(func=_lazy("explorer.events.cli", "cmd_listen"), parser=lis)
 
-    b = sub.add_parser("bench", help="our core against vLLM's on one long random scenario")
-    b.add_argument("--ops", type=_positive_int, default=5000)
-    b.add_argument("--seed", type=int, default=0)
+    b = sub.add_parser(
+        "bench", help="our `run --json` and op loop against vLLM's own classes on one long random scenario"
+    )
+    b.add_argument("--ops", type=_int_at_least(1, "a positive integer", hi=200_000), default=3000)
+    b.add_argument("--num-blocks", type=_int_at_least(2, "an integer >= 2", hi=1 << 20), default=600)
+    b.add_argument("--repeat", type=_int_at_least(1, "a positive integer", hi=50), default=5)
+    b.add_argument("--seed", type=_nonneg_int, default=0)
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=_lazy("explorer.bench", "cmd_bench"), parser=b)
     return p

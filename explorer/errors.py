@@ -6,9 +6,9 @@ that message on one line and exits 2; the UI shows it in an error element. Anyth
 escapes is a bug in the explorer, not in the input.
 """
 
+from explorer.core.errors import BadInput
 
-class BadInput(ValueError):
-    """User input that the explorer refuses, with a message meant for the user."""
+__all__ = ["BadInput", "read_user_file"]
 
 
 def read_user_file(path, what: str, max_bytes: int | None = None) -> bytes:

@@ -188,12 +188,12 @@ def _gguf_str(reader, key: str) -> str | None:
     return None if field is None else bytes(field.parts[field.data[0]]).decode("utf-8")
 
 
-@functools.lru_cache(maxsize=2)
 def _merge_pair(merge: str) -> tuple[str, str]:
     left, right = merge.split(" ")
     return left, right
 
 
+@functools.lru_cache(maxsize=2)
 def _load_tokenizer(path: str):
     """Build the tokenizer from the GGUF file at `path` (cached: the result is only read)."""
     try:

@@ -72,10 +72,10 @@ def _app() -> None:
 
     import streamlit as _st
 
-    from explorer.ui import page_explorer
+    from explorer.ui.pages import explorer as explorer_page  # the __main__ guard: importing draws nothing
 
     t0 = _t.perf_counter()
-    page_explorer.render()
+    explorer_page.render()
     _st.session_state["bench_ms"] = (_t.perf_counter() - t0) * 1000
 
 

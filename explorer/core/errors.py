@@ -4,7 +4,11 @@ All derive from `BadInput`, so the command line and the web app report them as o
 line; the message says what was wrong.
 """
 
-from explorer.errors import BadInput
+
+class BadInput(ValueError):
+    """Input the explorer refuses (from a user, or a call vLLM would refuse), with a message
+    meant for the user. Defined in the core so the core imports nothing else of the explorer;
+    `explorer.errors` re-exports it for the rest."""
 
 
 class ConfigError(BadInput):

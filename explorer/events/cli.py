@@ -18,7 +18,8 @@ from explorer.events.subscriber import KVEventSubscriber
 
 def scenario_batches(path: str) -> list[list[KVCacheEvent]]:
     """The event lists of a scenario's replay, one per step that queued events."""
-    from explorer.scenario import load_scenario, replay
+    from explorer.scenario.engine import replay
+    from explorer.scenario.parse import load_scenario
 
     trace = replay(load_scenario(path))
     return [list(step.events) for step in trace.steps if step.events]

@@ -7,7 +7,7 @@ import random
 
 from explorer.practice.builder import ScenarioBuilder, finish_question, ids_text, snapshot_after, token_run
 from explorer.practice.question import Question
-from explorer.trace import Step, Trace
+from explorer.scenario.trace import Step, Trace
 
 
 def _explain_cached(trace: Trace, step: Step) -> tuple[str, ...]:
@@ -116,19 +116,19 @@ def _explain_admission(trace: Trace, step: Step) -> tuple[str, ...]:
     bs = trace.scenario.engine.block_size
     a = step.admissions[0]
     hits = step.lookup.hit_tokens if step.lookup else 0
-    total_blocks = -(-a.slots_needed // bs)
+    total_blocks = -(-a.num_tokens_need_slot // bs)
     out = [
-        f"The lookup hits {hits} tokens ({hits // bs} blocks); {a.free_hit_blocks} of those blocks sit in the "
+        f"The lookup hits {hits} tokens ({hits // bs} blocks); {a.num_evictable_hit_blocks} of those blocks sit in the "
         f"free queue with ref_cnt 0, and touching them takes them out of it."
     ]
     out.append(
-        f"The request needs cdiv({a.slots_needed}, {bs}) = {total_blocks} blocks in all, "
-        f"so {a.new_blocks_needed} new ones."
+        f"The request needs cdiv({a.num_tokens_need_slot}, {bs}) = {total_blocks} blocks in all, "
+        f"so {a.num_new_blocks} new ones."
     )
     verdict = "≤" if a.ok else ">"
     out.append(
-        f"Required = {a.new_blocks_needed} new + {a.free_hit_blocks} free hit = {a.required} {verdict} "
-        f"{a.free_blocks} free blocks."
+        f"Required = {a.num_new_blocks} new + {a.num_evictable_hit_blocks} free hit = {a.num_required_blocks} {verdict} "
+        f"{a.num_free_blocks} free blocks."
     )
     if a.ok:
         out.append("So allocate_slots admits it: it touches the hits, then pops the new blocks from the head.")
@@ -137,9 +137,9 @@ def _explain_admission(trace: Trace, step: Step) -> tuple[str, ...]:
             "So allocate_slots returns None: nothing is touched or allocated, and the lookup is not counted "
             "in the stats. The request waits."
         )
-        if a.new_blocks_needed <= a.free_blocks:
+        if a.num_new_blocks <= a.num_free_blocks:
             out.append(
-                f"Counting only the new blocks ({a.new_blocks_needed} ≤ {a.free_blocks}) would wrongly say yes: "
+                f"Counting only the new blocks ({a.num_new_blocks} ≤ {a.num_free_blocks}) would wrongly say yes: "
                 f"the free hit blocks count too."
             )
     return tuple(out)
@@ -176,7 +176,7 @@ def q_admission(seed: int) -> Question:
             "04_touch_then_allocate",
         )
         adm = q.asked_step().admissions[0]
-        trap = adm.new_blocks_needed <= adm.free_blocks < adm.required
+        trap = adm.num_new_blocks <= adm.num_free_blocks < adm.num_required_blocks
         if adm.ok == want_ok and (adm.ok or trap or attempt > 50):
             return q
     return q

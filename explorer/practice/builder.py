@@ -7,8 +7,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from explorer.practice.question import Question
-from explorer.scenario import Scenario, parse_scenario_dict
-from explorer.trace import Snapshot, Step, Trace, replay
+from explorer.scenario.engine import replay
+from explorer.scenario.parse import parse_scenario_dict
+from explorer.scenario.spec import Scenario
+from explorer.scenario.trace import Snapshot, Step, Trace
 
 
 def _spec(tokens: Sequence[int]) -> str:
@@ -96,7 +98,7 @@ def _describe_op(raw: Mapping[str, Any]) -> str:
 
 def _setup_lines(trace: Trace, upto: int) -> tuple[str, ...]:
     """The ops before the asked one, each with its outcome (they already happened)."""
-    from explorer.scenario_cli import describe_step
+    from explorer.scenario.cli import describe_step
 
     bs = trace.scenario.engine.block_size
     return tuple(describe_step(s, bs).strip() for s in trace.steps[:upto])

@@ -7,7 +7,7 @@ import random
 
 from explorer.practice.builder import ScenarioBuilder, finish_question, ids_text, snapshot_after, token_run
 from explorer.practice.question import Question
-from explorer.trace import Step, Trace
+from explorer.scenario.trace import Step, Trace
 
 
 def _history(rng: random.Random, b: ScenarioBuilder, n_req: int, max_blocks: int, keep_last_running: bool) -> list[str]:
@@ -44,7 +44,7 @@ def _explain_evicted(trace: Trace, step: Step) -> tuple[str, ...]:
             f"({len(step.touched_from_free)} of them were in it): a request never evicts its own hits."
         )
     out.append(
-        f"Then {adm.new_blocks_needed} new blocks are popped from the head of the queue: "
+        f"Then {adm.num_new_blocks} new blocks are popped from the head of the queue: "
         f"{ids_text(step.new_block_ids or ())}."
     )
     pops = [

@@ -10,7 +10,7 @@ from typing import Any
 from explorer.practice.builder import ScenarioBuilder, finish_question, ids_text, token_run
 from explorer.practice.interview import MISTAKES, MISTAKES_BY_NAME
 from explorer.practice.question import Question
-from explorer.trace import Step, Trace
+from explorer.scenario.trace import Step, Trace
 
 
 def _miss_reason(b: ScenarioBuilder, rid: str, other: str, m: int, computed_other: int) -> str:

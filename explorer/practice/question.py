@@ -1,7 +1,7 @@
 """A practice question, its answer formats and checking, and the session's score (no Streamlit here).
 
 A question is generated from a seed (explorer.practice.generate): a small random scenario is
-built and replayed with ``explorer.trace.replay``, and the question, its answer and the
+built and replayed with ``explorer.scenario.engine.replay``, and the question, its answer and the
 explanation are read from the recorded data of one step. The same seed always gives the same
 question, so a seed shown on screen reproduces it.
 """
@@ -12,8 +12,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from explorer.scenario import Scenario
-from explorer.trace import Step, Trace, replay
+from explorer.scenario.engine import replay
+from explorer.scenario.spec import Scenario
+from explorer.scenario.trace import Step, Trace
 
 KINDS: tuple[str, ...] = ("hit_length", "next_evicted", "free_queue", "hashed_this_step", "admission", "mistake")
 

@@ -21,7 +21,8 @@ import torch
 from explorer.core.hashing import init_none_hash
 from explorer.core.kv_cache_manager import KVCacheManager
 from explorer.core.kv_cache_utils import get_request_block_hasher
-from explorer.core.request import Request, RequestStatus
+from explorer.core.request import Request
+from explorer.core.sched.request_steps import RequestSteps
 from explorer.prefill.configs import BLOCK_SIZE
 from explorer.prefill.model import PagedLlama
 from explorer.prefill.paged_kv import PagedKVPool
@@ -62,6 +63,7 @@ class PagedEngine:
     def __init__(self, model: PagedLlama, num_blocks: int) -> None:
         self.model = model
         self.mgr = KVCacheManager(num_blocks, block_size=BLOCK_SIZE, max_model_len=model.cfg.max_model_len)
+        self.sched = RequestSteps(self.mgr)
         self.pool: PagedKVPool = model.new_pool(num_blocks)
         self.hasher = get_request_block_hasher(BLOCK_SIZE, init_none_hash("sha256"))
 
@@ -70,20 +72,16 @@ class PagedEngine:
         # A request that skips reading the cache is vLLM's own notion (prompt logprobs need
         # every prompt token computed): the lookup returns no hit and nothing is touched.
         req = Request(request_id, tokens, self.hasher, prompt_logprobs=not read_cache)
-        hit_blocks, hit = self.mgr.get_computed_blocks(req)
-        new = self.mgr.allocate_slots(req, req.num_tokens - hit, hit, hit_blocks if hit else None)
-        if new is None:
+        admitted = self.sched.admit(req)
+        if not admitted.ok:
             raise RuntimeError(f"the pool has no room for request {request_id}")  # sized to fit: a bug
-        req.status = RequestStatus.RUNNING
-        return req, hit
+        return req, admitted.hit_tokens
 
     def table(self, req: Request) -> list[int]:
-        return self.mgr.get_block_ids(req.request_id)[0]
+        return self.mgr.get_blocks(req.request_id).get_block_ids_of_group(0)
 
     def prefill(self, req: Request, hit: int) -> torch.Tensor:
-        logits = self.model.forward(req.all_token_ids[hit:], hit, self.table(req), self.pool)
-        req.num_computed_tokens = req.num_tokens
-        return logits
+        return self.model.forward(req.all_token_ids[hit:], hit, self.table(req), self.pool)
 
     def greedy(self, req: Request, logits: torch.Tensor, n: int) -> list[int]:
         """n greedy tokens: the first from the prefill's logits, each next one after a decode
@@ -95,10 +93,9 @@ class PagedEngine:
             if step == n - 1:
                 break  # as in vLLM, the last sampled token is never computed
             req.append_output_token_ids(tok)
-            if self.mgr.allocate_slots(req, 1) is None:
+            if self.sched.compute_pending(req) is None:
                 raise RuntimeError("the pool has no room to decode")
             logits = self.model.forward([tok], req.num_tokens - 1, self.table(req), self.pool)
-            req.num_computed_tokens = req.num_tokens
         return out
 
 
@@ -158,7 +155,7 @@ def prepare_pair(
         a, _ = eng.admit("A", a_tokens)
         a_table = eng.table(a)
         eng.prefill(a, 0)
-        eng.mgr.free(a)  # A finishes; its full blocks stay cached with ref count 0
+        eng.sched.finish(a)  # A finishes; its full blocks stay cached with ref count 0
     b, got = eng.admit("B", b_tokens)
     if got != hit_tokens:
         raise RuntimeError(f"the manager found a {got}-token hit, expected {hit_tokens}")

@@ -138,13 +138,11 @@ def measure_prefill(
 
     say(0.92, f"decoding {decode_tokens} tokens greedily from each run")
     eng, b, full = pair.engine, pair.cached, pair.full
-    for r in (b, full):  # the timed runs called the model directly: record them as computed
-        r.num_computed_tokens = r.num_tokens
     hit_block_ids = pair.hit_block_ids
     greedy_cached = eng.greedy(b, logits["cached"], decode_tokens)
     greedy_full = eng.greedy(full, logits["full"], decode_tokens)
-    eng.mgr.free(b)
-    eng.mgr.free(full)
+    eng.sched.finish(b)
+    eng.sched.finish(full)
     say(1.0, "done")
 
     is_cuda = model.device.type == "cuda"

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from explorer.toml_write import toml_value
+from explorer.scenario.write import toml_value
 
 POLICIES = ("prefix", "round_robin", "least_loaded")
 POLICY_LABELS = {"prefix": "prefix-aware", "round_robin": "round robin", "least_loaded": "least loaded"}

@@ -3,7 +3,7 @@ its publisher side, and the router's bookkeeping of it.
 
 After every engine step the instance's queued events become one batch (``encode_batch``:
 vLLM's msgpack payload) with the instance's own sequence number, and the frames go through
-the same subscriber state machine as the live page (`explorer.events_zmq.KVEventStream`, no
+the same subscriber state machine as the live page (`explorer.events.stream.KVEventStream`, no
 sockets).
 """
 
@@ -15,15 +15,17 @@ from typing import Any
 
 from explorer.core.events import BlockStored, KVEventBatch, encode_batch
 from explorer.core.hashing import BlockHash, external_block_hash, get_block_hash
-from explorer.events_zmq import KVEventStream, live_frames
+from explorer.events.stream import KVEventStream
+from explorer.events.wire import live_frames
 from explorer.prefill.configs import LLAMA3_8B_SHAPE
 from explorer.prefill.estimate import estimate_prefill
 from explorer.router.config import FleetConfig, FleetSpec, PrefillSpec
 from explorer.router.hashing import HashMemo, MemoHasher
 from explorer.router.results import InstanceResult
 from explorer.router.stream import StreamRequest
-from explorer.scenario import EngineConfig, Op, Scenario
-from explorer.trace import ScenarioEngine, Step
+from explorer.scenario.engine import ScenarioEngine
+from explorer.scenario.spec import EngineConfig, Op, Scenario
+from explorer.scenario.trace import Step
 
 MAX_MODEL_LEN = 1 << 20
 
@@ -117,20 +119,13 @@ class Instance:
 
     def fits(self, rid: str, num_tokens: int) -> bool:
         """Whether the waiting request ``rid`` can be admitted now with room for ``num_tokens``
-        slots (its whole footprint), as a scheduler checks before it admits.
-
-        The one place the simulation reaches past the engine's ops into the KV cache manager
-        (`single_type_managers[0].get_num_blocks_to_allocate`).
-        """
+        slots (its whole footprint), as a scheduler checks before it admits."""
         eng = self.engine
-        free = eng.pool.get_num_free_blocks()
         # A hit never needs more blocks than computing everything would, so a lookup is
         # only needed to decide when the room is tight.
-        if -(-num_tokens // self.block_size) <= free:
+        if -(-num_tokens // self.block_size) <= eng.pool.get_num_free_blocks():
             return True
-        hit_blocks, _ = eng.manager.get_computed_blocks(eng.requests[rid])
-        single = eng.manager.single_type_managers[0]
-        return single.get_num_blocks_to_allocate(rid, num_tokens, hit_blocks.blocks[0]) <= free
+        return eng.sched.fits(eng.requests[rid], num_tokens)
 
     def admit(self, rid: str, req: StreamRequest, est: PrefillEstimator) -> int:
         """Admit a request that `fits` (lookup + allocate_slots for the whole prompt), then

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from explorer.errors import BadInput
-from explorer.events_zmq import KVEventStream
+from explorer.events.stream import KVEventStream
 from explorer.router.config import BASELINE, POLICIES, FleetConfig
 from explorer.router.hashing import HashMemo, HashSetup, hash_setup, tenant_salt
 from explorer.router.instance import Instance, PrefillEstimator, footprint, is_skipped

@@ -21,6 +21,7 @@ from typing import Any
 from explorer.core.request import RequestStatus
 from explorer.scenario.engine import ScenarioEngine
 from explorer.scenario.parse import StepParser, parse_scenario_dict
+from explorer.scenario.randgen_profiles import PROFILES, Profile, draw_engine
 from explorer.scenario.spec import ENGINE_DEFAULTS, Scenario
 from explorer.tokens import format_token_spec
 
@@ -28,115 +29,6 @@ __all__ = ["Profile", "PROFILES", "random_scenario", "scenario_tokens"]
 
 _LORA_NAMES = ("sql", "chat", "math")
 _SALTS = ("s1", "s2", "tenant-a", "")  # an empty salt adds no key, in vLLM as here
-_EXPLICIT_SEEDS = ("0", "1", "42", "abc", "vllm-none-hash", "prefix-cache")
-
-
-@dataclass(frozen=True)
-class Profile:
-    """Knobs of a generator run. Lengths are in blocks unless named tokens."""
-
-    name: str
-    max_live: int = 6  # live (not finished) requests at most
-    system_prompts: tuple[int, int] = (2, 4)  # how many shared system prompts
-    system_blocks: tuple[int, int] = (1, 4)  # length of one, in blocks
-    suffix_blocks: tuple[int, int] = (0, 3)  # fresh tokens after a shared prefix
-    fresh_blocks: tuple[int, int] = (0, 6)  # a prompt sharing nothing
-    gen_tokens: tuple[int, int] = (1, 24)  # tokens per sample / generate op
-    # op weights
-    w_arrive: float = 3.0
-    w_admit: float = 4.0
-    w_continue: float = 3.0
-    w_output: float = 3.0
-    w_finish: float = 2.0
-    w_preempt: float = 0.7
-    w_reset: float = 0.35
-    p_chunk: float = 0.35  # an admit names `tokens`
-    p_reuse_id: float = 0.4  # a new arrival takes the id of a finished request
-    # request features
-    p_lora: float = 0.25
-    p_salt: float = 0.15
-    p_mm: float = 0.25
-    p_logprobs: float = 0.08
-    p_spec_string: float = 0.4  # a prompt written as a token spec, not an int array
-    # engine: None = drawn per seed; else these settings
-    engine: dict[str, Any] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-PROFILES: dict[str, Profile] = {
-    # Every feature, small pools, all four hash algorithms, all engine switches.
-    "mixed": Profile("mixed"),
-    # One long run for `python -m explorer bench`: a serving-like mix with shared system
-    # prompts, long prompts, decoding and steady eviction pressure.
-    "bench": Profile(
-        "bench",
-        max_live=12,
-        system_prompts=(6, 6),
-        system_blocks=(8, 40),
-        suffix_blocks=(1, 12),
-        fresh_blocks=(4, 30),
-        gen_tokens=(8, 64),
-        w_arrive=3.0,
-        w_admit=4.0,
-        w_continue=2.0,
-        w_output=5.0,
-        w_finish=2.5,
-        w_preempt=0.2,
-        w_reset=0.02,
-        p_chunk=0.15,
-        p_reuse_id=0.3,
-        p_lora=0.1,
-        p_salt=0.05,
-        p_mm=0.1,
-        p_logprobs=0.02,
-        p_spec_string=0.0,
-        engine={
-            "block_size": 16,
-            "num_blocks": 320,
-            "max_model_len": ENGINE_DEFAULTS["max_model_len"],
-            "hash_algo": "sha256",
-            "hash_seed": "",
-            "enable_prefix_caching": True,
-            "events": True,
-            "int_block_hashes": True,
-        },
-    ),
-}
-
-
-# ---- engine settings --------------------------------------------------------------------------
-
-
-def _draw_engine(rng: random.Random) -> dict[str, Any]:
-    bs = rng.choices([1, 2, 3, 4, 8, 16], weights=[2, 3, 1, 3, 2, 4])[0]
-    pressure = rng.choices(["tight", "medium", "loose"], weights=[3, 4, 2])[0]
-    num_blocks = {"tight": rng.randint(3, 12), "medium": rng.randint(13, 40), "loose": rng.randint(41, 200)}[pressure]
-    algo = rng.choice(["sha256", "sha256_cbor", "xxhash", "xxhash_cbor"])
-    explicit = rng.random() < (0.5 if algo.startswith("xxhash") else 0.3)
-    eng: dict[str, Any] = {
-        "block_size": bs,
-        "num_blocks": num_blocks,
-        "hash_algo": algo,
-        "hash_seed": rng.choice(_EXPLICIT_SEEDS) if explicit else "",
-        "enable_prefix_caching": rng.random() < 0.85,
-        "events": rng.random() < 0.75,
-        "int_block_hashes": rng.random() < 0.5,
-    }
-    if rng.random() < 0.2:
-        eng["max_model_len"] = bs * rng.randint(5, 14) + rng.randint(0, bs - 1)
-    # Leave some keys out, so the defaults are exercised too.
-    defaults = {
-        "block_size": 16,
-        "hash_algo": "sha256",
-        "hash_seed": "",
-        "enable_prefix_caching": True,
-        "events": True,
-        "int_block_hashes": True,
-    }
-    for k, v in defaults.items():
-        if eng.get(k) == v and rng.random() < 0.5:
-            del eng[k]
-    return eng
 
 
 # ---- prompts ----------------------------------------------------------------------------------
@@ -310,7 +202,7 @@ def random_scenario(
     """
     prof = PROFILES[profile] if isinstance(profile, str) else profile
     rng = random.Random(f"{prof.name}:{seed}:engine")
-    eng = dict(prof.engine) if prof.engine is not None else _draw_engine(rng)
+    eng = dict(prof.engine) if prof.engine is not None else draw_engine(rng)
     if engine:
         eng.update(engine)
     gen = _Gen(seed, prof, eng)

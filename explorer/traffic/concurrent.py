@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from explorer.core.request import Request
-from explorer.traffic.engine_calls import admit, finish, footprint_fits, generate, new_manager
+from explorer.traffic.engine_calls import admit, finish, footprint_fits, generate, new_engine
 from explorer.traffic.hashing import PrecomputedBlockHasher, PreparedTrace, arrive
 from explorer.traffic.results import RunResult, check_num_blocks, tick
 from explorer.traffic.trace import footprint_tokens, is_skipped
@@ -54,7 +54,7 @@ def replay_concurrent(
     """
     check_num_blocks(num_blocks)
     t0 = time.perf_counter()
-    mgr = new_manager(num_blocks, prep.block_size)
+    sched = new_engine(num_blocks, prep.block_size)
     hasher = PrecomputedBlockHasher(prep.block_size, prep.ctx)
     requests = prep.trace.requests
     bs, outputs = prep.block_size, prep.outputs
@@ -86,7 +86,7 @@ def replay_concurrent(
             now = max(now, min(candidates))
         while running and running[0][0] <= now:
             _, _, request = heapq.heappop(running)
-            finish(mgr, request)
+            finish(sched, request)
             done += 1
             tick(progress, done - 1)
         while a < len(arrivals) and requests[arrivals[a]].timestamp <= now:
@@ -98,9 +98,9 @@ def replay_concurrent(
             if head is None:
                 head = arrive(prep, k, hasher)
             request = head
-            if outputs and not footprint_fits(mgr, request, footprint_tokens(tr, True)):
+            if outputs and not footprint_fits(sched, request, footprint_tokens(tr, True)):
                 break
-            got = admit(mgr, request)
+            got = admit(sched, request)
             if got is None:
                 if not running:
                     raise AssertionError(f"request on line {tr.line} does not fit in an idle engine")
@@ -109,7 +109,7 @@ def replay_concurrent(
             head = None
             hits[k] = got
             if outputs:
-                generate(mgr, request, tr.output_length)
+                generate(sched, request, tr.output_length)
             waits.append(now - tr.timestamp)
             finish_at = now + tr.output_length * config.decode_ms
             heapq.heappush(running, (finish_at, k, request))
@@ -118,7 +118,7 @@ def replay_concurrent(
         if w_head > 4096 and w_head * 2 > len(waiting):
             del waiting[:w_head]
             w_head = 0
-    stats = mgr.prefix_cache_stats
+    stats = sched.kv_cache_manager.prefix_cache_stats
     assert stats is not None and stats.hits == sum(hits)
     conc = {
         "decode_ms": config.decode_ms,

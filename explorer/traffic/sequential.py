@@ -17,7 +17,7 @@ from explorer.core.hashing import init_none_hash
 from explorer.core.kv_cache_utils import get_request_block_hasher
 from explorer.core.request import Request
 from explorer.errors import BadInput
-from explorer.traffic.engine_calls import admit, finish, generate, new_manager
+from explorer.traffic.engine_calls import admit, finish, generate, new_engine
 from explorer.traffic.hashing import PrecomputedBlockHasher, PreparedTrace, arrive
 from explorer.traffic.results import RunResult, check_num_blocks, tick
 from explorer.traffic.trace import RequestTrace, expand_prompt, is_skipped
@@ -27,7 +27,7 @@ def replay_vllm(prep: PreparedTrace, num_blocks: int, progress: Callable[[int], 
     """The default policy through the real engine: one request at a time, in file order."""
     check_num_blocks(num_blocks)
     t0 = time.perf_counter()
-    mgr = new_manager(num_blocks, prep.block_size)
+    sched = new_engine(num_blocks, prep.block_size)
     hasher = PrecomputedBlockHasher(prep.block_size, prep.ctx)
     requests = prep.trace.requests
     bs, outputs = prep.block_size, prep.outputs
@@ -38,15 +38,15 @@ def replay_vllm(prep: PreparedTrace, num_blocks: int, progress: Callable[[int], 
             skipped += 1
             continue
         request = arrive(prep, k, hasher)
-        hit = admit(mgr, request)
+        hit = admit(sched, request)
         if hit is None:
             raise AssertionError(f"request on line {tr.line} did not fit although it is not skipped")
         hits[k] = hit
         if outputs:
-            generate(mgr, request, tr.output_length)
-        finish(mgr, request)
+            generate(sched, request, tr.output_length)
+        finish(sched, request)
         tick(progress, k)
-    stats = mgr.prefix_cache_stats
+    stats = sched.kv_cache_manager.prefix_cache_stats
     assert stats is not None and stats.hits == sum(hits)
     return RunResult(
         "vllm",
@@ -70,7 +70,7 @@ def replay_vllm_plain(trace: RequestTrace, block_size: int, num_blocks: int, out
     t0 = time.perf_counter()
     ctx = init_none_hash("sha256", None)
     hasher = get_request_block_hasher(block_size, ctx)
-    mgr = new_manager(num_blocks, block_size)
+    sched = new_engine(num_blocks, block_size)
     hits = [0] * len(trace.requests)
     skipped = 0
     for k, tr in enumerate(trace.requests):
@@ -78,13 +78,13 @@ def replay_vllm_plain(trace: RequestTrace, block_size: int, num_blocks: int, out
             skipped += 1
             continue
         request = Request(str(k), expand_prompt(tr), block_hasher=hasher)
-        hit = admit(mgr, request)
+        hit = admit(sched, request)
         assert hit is not None
         hits[k] = hit
         if outputs:
-            generate(mgr, request, tr.output_length)
-        finish(mgr, request)
-    stats = mgr.prefix_cache_stats
+            generate(sched, request, tr.output_length)
+        finish(sched, request)
+    stats = sched.kv_cache_manager.prefix_cache_stats
     assert stats is not None
     return RunResult(
         "vllm",

@@ -107,7 +107,7 @@ def on_presenter(value: bool | None = None) -> None:
 
 def new_seed() -> None:
     view = current_view()
-    from explorer.scenario import EngineConfig
+    from explorer.scenario.spec import EngineConfig
 
     set_view(view.with_(drawn_seed=EngineConfig(hash_algo="xxhash").resolve_seed()))
 

@@ -7,7 +7,7 @@ import json
 
 import streamlit as st
 
-from explorer.trace import Trace
+from explorer.scenario.trace import Trace
 from explorer.ui.explain import step as explain
 from explorer.ui.explain.records import PANEL_TITLES
 from explorer.ui.explain.refs import REFS
@@ -179,7 +179,7 @@ def state_views(trace: Trace, k: int, changed: set[int], selected: int | None) -
             "Hover for id, ref_cnt and hash; click a marked block (or type its id below) for its history."
         )
         if changed:
-            from explorer.scenario_cli import id_ranges
+            from explorer.scenario.cli import id_ranges
 
             ids = sorted(changed)
             chips = "".join(snap_chip(snap, b, changed, selected, "full") for b in ids) if len(ids) <= 60 else ""

@@ -8,7 +8,8 @@ from collections import OrderedDict
 import streamlit as st
 
 from explorer.errors import BadInput
-from explorer.scenario import Scenario
+from explorer.scenario.parse import with_engine
+from explorer.scenario.spec import Scenario
 from explorer.ui.state import (
     Replayed,
     ViewState,
@@ -124,7 +125,7 @@ def ensure_seed(view: ViewState) -> ViewState:
         return view
     try:
         base = base_scenario(view)
-        probe = base.with_engine(**view.engine) if view.engine else base
+        probe = with_engine(base, **view.engine) if view.engine else base
     except BadInput:
         return view
     if needs_drawn_seed(probe):

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import streamlit as st
 
-from explorer.scenario import Scenario
-from explorer.trace import Trace
+from explorer.scenario.spec import Scenario
+from explorer.scenario.trace import Trace
 from explorer.ui.explorer_callbacks import (
     act,
     clear_edits,

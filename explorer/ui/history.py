@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from explorer.trace import Snapshot, Trace
+from explorer.scenario.trace import Snapshot, Trace
 
 
 def changed_blocks(trace: Trace, k: int) -> set[int]:

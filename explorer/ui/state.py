@@ -24,8 +24,10 @@ from typing import Any
 
 from explorer.core.hashing import HASH_ALGOS, NON_CRYPTO_HASH_ALGOS
 from explorer.errors import BadInput
-from explorer.scenario import Limits, Scenario, parse_scenario_bytes, replace_engine_seed
-from explorer.trace import Trace
+from explorer.scenario.parse import parse_scenario_bytes, with_engine, with_steps
+from explorer.scenario.spec import Limits, Scenario, replace_engine_seed
+from explorer.scenario.trace import Trace
+from explorer.scenario.write import scenario_to_toml
 
 LESSONS_DIR = Path(__file__).resolve().parents[2] / "lessons"
 DEFAULT_LESSON = "00_two_chat_turns"
@@ -314,11 +316,11 @@ def effective_scenario(
     sc = base
     if engine:
         changes = dict(check_engine(engine))
-        sc = sc.with_engine(**changes)
+        sc = with_engine(sc, **changes)
     if edits:
         if len(edits) > MAX_EDITS:
             raise BadInput(f"more than {MAX_EDITS} playground steps: clear some first")
-        sc = sc.with_steps(list(edits), UI_LIMITS)
+        sc = with_steps(sc, list(edits), UI_LIMITS)
     if needs_drawn_seed(sc) and drawn_seed:
         sc = replace_engine_seed(sc, drawn_seed)
     check_size(sc)
@@ -334,7 +336,7 @@ class Replayed:
 def replay_until_error(scenario: Scenario) -> Replayed:
     """Replay every step; a step that cannot run (bad input for the engine's state) ends the
     replay there, and the steps before it are kept so the page can still show them."""
-    from explorer.trace import ScenarioEngine
+    from explorer.scenario.engine import ScenarioEngine
 
     engine = ScenarioEngine(scenario)
     initial = engine.snapshot()
@@ -358,7 +360,7 @@ def build(view: ViewState) -> tuple[Scenario, Replayed]:
 
 def session_toml(scenario: Scenario) -> str:
     """The session as a scenario file: settings, drawn seed and playground steps included."""
-    return scenario.to_toml()
+    return scenario_to_toml(scenario)
 
 
 def session_json(trace: Trace) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from explorer.trace import Snapshot
+from explorer.scenario.trace import Snapshot
 from explorer.viz.palette import STATE_ORDER, STATES, block_letter, block_state, short_hash
 
 FULL_GRID_MAX = 400  # blocks drawn as full chips (id, letter, short hash)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from explorer.core.events import BlockStored
 from explorer.core.hashing import external_block_hash
-from explorer.trace import Snapshot, Step
+from explorer.scenario.trace import Snapshot, Step
 from explorer.viz.chips import elide, esc, hash_text, snap_chip
 
 
@@ -156,17 +156,17 @@ def allocate_html(step: Step, before: Snapshot, after: Snapshot, changed: set[in
         ok = "px-ok" if a.ok else "px-bad"
         verdict = "&le;" if a.ok else "&gt;"
         parts.append(
-            f'<div class="px-eq {ok}" data-px-admission="{a.required}/{a.free_blocks}">'
-            f"<span><b>{a.new_blocks_needed}</b> new blocks</span> + <span><b>{a.free_hit_blocks}</b> free hit blocks</span> = "
-            f"<b>{a.required}</b> {verdict} <b>{a.free_blocks}</b> free &rarr; {'ok' if a.ok else 'None: nothing changes'}</div>"
+            f'<div class="px-eq {ok}" data-px-admission="{a.num_required_blocks}/{a.num_free_blocks}">'
+            f"<span><b>{a.num_new_blocks}</b> new blocks</span> + <span><b>{a.num_evictable_hit_blocks}</b> free hit blocks</span> = "
+            f"<b>{a.num_required_blocks}</b> {verdict} <b>{a.num_free_blocks}</b> free &rarr; {'ok' if a.ok else 'None: nothing changes'}</div>"
         )
     else:
-        grew = [a for a in step.admissions if a.new_blocks_needed > 0 or not a.ok]
+        grew = [a for a in step.admissions if a.num_new_blocks > 0 or not a.ok]
         if grew:
             items = "".join(
-                f"<li>tokens up to {a.slots_needed:,}: {a.new_blocks_needed} new block &le; {a.free_blocks} free</li>"
+                f"<li>tokens up to {a.num_tokens_need_slot:,}: {a.num_new_blocks} new block &le; {a.num_free_blocks} free</li>"
                 if a.ok
-                else f"<li>tokens up to {a.slots_needed:,}: {a.required} &gt; {a.free_blocks} free &rarr; None</li>"
+                else f"<li>tokens up to {a.num_tokens_need_slot:,}: {a.num_required_blocks} &gt; {a.num_free_blocks} free &rarr; None</li>"
                 for a in grew[:12]
             )
             parts.append(f'<ul class="px-list">{items}</ul>')

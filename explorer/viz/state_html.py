@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from explorer.core.hashing import external_block_hash
-from explorer.trace import Snapshot, Step, Trace
+from explorer.scenario.trace import Snapshot, Step, Trace
 from explorer.viz.chips import FULL_GRID_MAX, elide, esc, hash_text, snap_chip
 from explorer.viz.palette import STATE_ORDER, block_state
 

@@ -1,6 +1,6 @@
 """Conformance tier: our replay against vLLM 0.31.0's own classes, field by field.
 
-Every scenario is replayed twice: by our engine (explorer.trace.replay) and by vLLM's
+Every scenario is replayed twice: by our engine (explorer.scenario.engine.replay) and by vLLM's
 BlockPool / KVCacheManager / Request driven by ``vllm_driver.py`` in ``.venv-vllm`` (one
 driver process for the whole session). The two replay JSONs (design section 5) must be equal:
 every step's outcome, hit, new blocks and events; the final free queue, every block's ref_cnt
@@ -9,7 +9,7 @@ NONE_HASH and the seed it came from.
 
 Scenarios: every checked-in golden scenario (tests/scenario/golden/*.toml), every lesson scenario
 (lessons/*.toml), both globbed at collection time, and a few hundred random valid scenarios
-from explorer.randgen with fixed seeds, sent to the driver as one pipelined batch.
+from explorer.scenario.randgen with fixed seeds, sent to the driver as one pipelined batch.
 
 Seeds: a scenario with an explicit seed, or an xxhash scenario without one (which draws a
 random seed), sends our resolved seed to vLLM, so both sides hash from the same NONE_HASH. A

@@ -6,7 +6,8 @@ never inside the project's own one, and so must not import ``explorer``.
 Protocol: one normalized scenario per JSON line on stdin; for each, one JSON
 line on stdout: the replay JSON of design.md section 5
 (``{"steps": [...], "final": {...}}``), or ``{"error": "..."}`` when vLLM
-raised (or the line was not a scenario). One process serves many scenarios
+raised (or the line was not a scenario). A line ``{"toml_file": PATH}`` replays
+a scenario file instead, timed as a whole (see `run_toml_file`). One process serves many scenarios
 because importing vLLM takes seconds.
 
 The driver does, op by op, what vLLM's scheduler does around the
@@ -391,12 +392,76 @@ def replay(scenario: dict) -> dict:
     return result
 
 
+def normalize_toml_scenario(raw: dict) -> dict:
+    """A scenario TOML whose prompts and tokens are integer arrays, in the normalized form the
+    protocol carries (the `bench` command's whole-command comparison: both sides read the same
+    file with tomllib). LoRA ids are 1, 2, ... in order of first appearance, as design.md says."""
+    engine = {
+        "block_size": 16,
+        "num_blocks": 300,
+        "max_model_len": 1048576,
+        "hash_algo": "sha256",
+        "hash_seed": None,
+        "enable_prefix_caching": True,
+        "events": True,
+        "int_block_hashes": True,
+        **raw.get("engine", {}),
+    }
+    engine["hash_seed"] = engine["hash_seed"] or None
+    lora_ids: dict[str, int] = {}
+    ops = []
+    for step in raw.get("steps", []):
+        name = step["op"]
+        op: dict = {"op": name}
+        if name == "reset":
+            op["running"] = bool(step.get("running", False))
+        else:
+            op["id"] = step["id"]
+        if name == "arrive":
+            lora = step.get("lora")
+            if lora is not None:
+                lora_ids.setdefault(lora, len(lora_ids) + 1)
+                lora = {"name": lora, "id": lora_ids[lora], "path": step.get("lora_path", f"loras/{lora}")}
+            op.update(
+                prompt=list(step["prompt"]),
+                lora=lora,
+                cache_salt=step.get("cache_salt"),
+                mm=sorted(step.get("mm", []), key=lambda m: m["offset"]),
+                prompt_logprobs=bool(step.get("prompt_logprobs", False)),
+            )
+        elif name == "admit":
+            op["tokens"] = step.get("tokens")
+        elif name in ("sample", "generate"):
+            op["tokens"] = list(step["tokens"])
+        ops.append(op)
+    return {"engine": engine, "ops": ops}
+
+
+def run_toml_file(path: str) -> str:
+    """The whole of a `run FILE --json` on vLLM's side, timed (the `bench` command): read the
+    file with tomllib, normalize, replay, encode the replay JSON. Returns the protocol line
+    ``{"whole_s": seconds, "result": <replay JSON>}``; imports are not timed."""
+    import tomllib
+
+    start = time.perf_counter()
+    with open(path, "rb") as f:
+        scenario = normalize_toml_scenario(tomllib.load(f))
+    text = json.dumps(replay(scenario))
+    seconds = time.perf_counter() - start
+    return f'{{"whole_s": {seconds!r}, "result": {text}}}'
+
+
 def main() -> int:
     for line in sys.stdin:
         if not line.strip():
             continue
         try:
-            result = replay(json.loads(line))
+            message = json.loads(line)
+            if "toml_file" in message:
+                _PROTOCOL_OUT.write(run_toml_file(message["toml_file"]) + "\n")
+                _PROTOCOL_OUT.flush()
+                continue
+            result = replay(message)
         except ScenarioError as exc:
             result = {"error": str(exc)}
         except Exception as exc:  # one bad scenario must not end the process

@@ -12,8 +12,8 @@ import pytest
 from playwright.sync_api import expect
 
 from explorer.hashcalc import block_hash_table
-from explorer.scenario import load_scenario, parse_scenario_text
-from explorer.trace import replay
+from explorer.scenario.engine import replay
+from explorer.scenario.parse import load_scenario, parse_scenario_text
 from tests.e2e.conftest import REPO, shot, wait_idle
 
 pytestmark = pytest.mark.e2e

@@ -106,7 +106,8 @@ def scenario_file(tmp_path):
 
 def scenario_events_json(path):
     """Each event-queuing step's events as `run --json` prints them."""
-    from explorer.scenario import load_scenario, replay
+    from explorer.scenario.engine import replay
+    from explorer.scenario.parse import load_scenario
 
     trace = replay(load_scenario(path))
     return [s.to_json()["events"] for s in trace.steps if s.events]

@@ -9,7 +9,8 @@ from explorer.practice.hit_value import hit_value_rows, load_measurements, max_h
 from explorer.practice.hits import q_mistake
 from explorer.practice.interview import FOLLOW_UPS, MISTAKES, RUBRIC
 from explorer.practice.question import KINDS, Score, format_answer, parse_answer
-from explorer.trace import replay
+from explorer.scenario.engine import replay
+from explorer.scenario.write import scenario_to_toml
 
 SEEDS = range(25)
 
@@ -37,7 +38,7 @@ def test_every_kind_generates_and_its_answer_is_the_replay(kind):
 def test_same_seed_same_question_and_the_seed_picks_the_kind():
     a, b = generate(4242), generate(4242)
     assert (a.kind, a.answer, a.setup, a.asked) == (b.kind, b.answer, b.setup, b.asked)
-    assert a.scenario.to_toml() == b.scenario.to_toml()
+    assert scenario_to_toml(a.scenario) == scenario_to_toml(b.scenario)
     assert len({kind_for_seed(s) for s in range(60)}) == len(KINDS)
 
 
@@ -64,8 +65,8 @@ def test_refused_admissions_include_the_free_hit_trap():
     for s in range(40):
         q = generate(s, "admission")
         a = q.asked_step().admissions[0]
-        assert a.ok == (a.required <= a.free_blocks)
-        if not a.ok and a.new_blocks_needed <= a.free_blocks:
+        assert a.ok == (a.num_required_blocks <= a.num_free_blocks)
+        if not a.ok and a.num_new_blocks <= a.num_free_blocks:
             traps += 1
             assert any("would wrongly say yes" in line for line in q.explanation)
     assert traps >= 3

@@ -6,10 +6,11 @@ from collections import Counter
 
 from explorer.core.events import KVEventBatch, encode_batch
 from explorer.core.hashing import init_none_hash
-from explorer.events_zmq import KVEventStream, live_frames
+from explorer.events.stream import KVEventStream
+from explorer.events.wire import live_frames
 from explorer.router.policy import PrefixRouter
-from explorer.scenario import EngineConfig, Op, Scenario
-from explorer.trace import ScenarioEngine
+from explorer.scenario.engine import ScenarioEngine
+from explorer.scenario.spec import EngineConfig, Op, Scenario
 
 
 def router(bs=4, **kw) -> PrefixRouter:

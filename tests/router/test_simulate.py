@@ -6,8 +6,8 @@ import time
 
 from explorer.router.config import FleetConfig
 from explorer.router.simulate import ask, simulate
-from explorer.scenario import EngineConfig, Op, Scenario
-from explorer.trace import ScenarioEngine
+from explorer.scenario.engine import ScenarioEngine
+from explorer.scenario.spec import EngineConfig, Op, Scenario
 from tests.router.helpers import SMALL, with_failures
 
 

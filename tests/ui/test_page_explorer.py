@@ -8,8 +8,8 @@ from html import escape
 
 import pytest
 
-from explorer.scenario import load_scenario
-from explorer.trace import replay
+from explorer.scenario.engine import replay
+from explorer.scenario.parse import load_scenario, with_engine
 from explorer.ui.state import ViewState, build, encode_blob, session_json, session_toml
 from tests.ui.helpers import (
     EDGE,
@@ -156,7 +156,7 @@ def test_settings_replay_with_engine():
     assert view(at).engine == {"block_size": 32}
     step_to(at, 2)
     assert "(580 - 1) // 32 = 18 blocks" in markdown_text(at)
-    expected = replay(load_scenario(LESSON).with_engine(block_size=32)).to_json()
+    expected = replay(with_engine(load_scenario(LESSON), block_size=32)).to_json()
     assert f"hits {expected['steps'][1]['hit_tokens']} of" in now_text(at)
     assert at.query_params["bs"] in ("32", ["32"])
     at.toggle(key="px_w_pc").set_value(False).run()
@@ -367,7 +367,7 @@ def test_downloads_round_trip():
     assert labels == ["Download the session as a scenario (TOML)", "Download the replay (JSON)"]
     sc, rep = build(view(at))
     toml_text = session_toml(sc)
-    from explorer.scenario import parse_scenario_text
+    from explorer.scenario.parse import parse_scenario_text
 
     again = replay(parse_scenario_text(toml_text, "session.toml"))
     assert again.to_json() == json.loads(session_json(rep.trace))

@@ -9,10 +9,9 @@ import zlib
 import pytest
 
 from explorer.errors import BadInput
-from explorer.scenario import load_scenario
-from explorer.trace import replay
+from explorer.scenario.engine import replay
+from explorer.scenario.parse import load_scenario
 from explorer.ui.explain import step as explain
-from explorer.ui.explain.refs import REFS
 from explorer.ui.history import block_history, changed_blocks
 from explorer.ui.state import (
     URL_BLOB_CAP,
@@ -125,24 +124,6 @@ def test_every_panel_names_a_function_with_its_file_and_lines_and_explains_in_se
             ), p.sentences
 
 
-def test_references_are_vllm_0_31_lines():
-    """The six phases cite the 0.31.0 lines of the behaviour spec."""
-    want = {
-        "get_computed_blocks": "vllm/v1/core/kv_cache_manager.py:264-321",
-        "allocate_slots": "vllm/v1/core/kv_cache_manager.py:371-614",
-        "touch": "vllm/v1/core/block_pool.py:755-771",
-        "get_new_blocks": "vllm/v1/core/block_pool.py:669-703",
-        "cache_full_blocks": "vllm/v1/core/block_pool.py:226-344",
-        "free_blocks": "vllm/v1/core/block_pool.py:777-808",
-        "evict": "vllm/v1/core/block_pool.py:732-753",
-        "block_hasher": "vllm/v1/core/kv_cache_utils.py:836-895",
-        "hash_block_tokens": "vllm/v1/core/kv_cache_utils.py:684-714",
-        "reset": "vllm/v1/core/block_pool.py:830-869",
-    }
-    for key, loc in want.items():
-        assert REFS[key].loc == loc
-
-
 def test_explanations_carry_the_steps_numbers(lesson_trace):
     lookup = next(p for p in explain.panels(lesson_trace, 6) if p.key == "lookup")
     assert "(544 - 1) // 16 = 33" in lookup.text and "hit = 30 x 16 = 480 tokens" in lookup.text
@@ -189,7 +170,7 @@ def test_changed_blocks(lesson_trace):
 
 
 def test_html_escapes_user_strings():
-    from explorer.scenario import parse_scenario_text
+    from explorer.scenario.parse import parse_scenario_text
 
     sc = parse_scenario_text(
         '[[steps]]\nop = "arrive"\nid = "<img src=x onerror=alert(1)>"\nprompt = "0:40"\nlora = "<b>x</b>"\n'

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from explorer.trace import Trace
+from explorer.scenario.trace import Trace
 from explorer.ui.explain.records import PANEL_TITLES, Panel
 from explorer.ui.explain.refs import REFS
 from explorer.ui.explain.words import blocks_text, counted, ids_text, request_at
@@ -27,9 +27,9 @@ def allocate_panel(trace: Trace, k: int) -> Panel | None:
         a = step.admissions[0]
         verdict = "<=" if a.ok else ">"
         s.append(
-            f"allocate_slots needs {counted(a.new_blocks_needed, 'new block')} for tokens up to {a.slots_needed:,} plus "
-            f"{counted(a.free_hit_blocks, 'hit block')} waiting in the free queue: {a.new_blocks_needed:,} + {a.free_hit_blocks:,} = {a.required:,} "
-            f"{verdict} {a.free_blocks:,} free, so it {'succeeds' if a.ok else 'returns None'}."
+            f"allocate_slots needs {counted(a.num_new_blocks, 'new block')} for tokens up to {a.num_tokens_need_slot:,} plus "
+            f"{counted(a.num_evictable_hit_blocks, 'hit block')} waiting in the free queue: {a.num_new_blocks:,} + {a.num_evictable_hit_blocks:,} = {a.num_required_blocks:,} "
+            f"{verdict} {a.num_free_blocks:,} free, so it {'succeeds' if a.ok else 'returns None'}."
         )
         if not a.ok:
             s.append(f"Nothing is touched or allocated: {rid} keeps its state and waits for blocks to be freed.")
@@ -38,7 +38,7 @@ def allocate_panel(trace: Trace, k: int) -> Panel | None:
             s[-1] = s[-1][:-1] + f" (a chunk of {counted(a.num_new_tokens, 'token')}: chunked prefill)."
     else:
         allocs = len(step.admissions)
-        grew = sum(1 for a in step.admissions if a.ok and a.new_blocks_needed > 0)
+        grew = sum(1 for a in step.admissions if a.ok and a.num_new_blocks > 0)
         if op.op == "decode":
             s.append(
                 f"allocate_slots gives the pending token{'s' if (step.admissions[0].num_new_tokens > 1) else ''} a slot; "
@@ -94,9 +94,9 @@ def caching_panel(trace: Trace, k: int) -> Panel | None:
     idx = [c.index for c in step.cached]
     refs = (REFS["tokens_to_cache"], REFS["cache_full_blocks"], REFS["hash_map"])
     s: list[str] = []
-    if op.op == "admit" and step.admissions and req is not None:
+    if op.op == "admit" and step.admissions and step.cache_calls and req is not None:
         a = step.admissions[0]
-        t = min(a.num_computed_tokens + a.num_new_tokens, req.num_tokens)
+        t = step.cache_calls[0].num_tokens  # what allocate_slots passed to cache_blocks
         full = t // bs
         s.append(
             f"After this step {op.id} will have min(num_computed_tokens + num_new_tokens, num_tokens) = "

@@ -20,7 +20,7 @@ _KCM = "vllm/v1/core/kv_cache_manager.py"
 _STM = "vllm/v1/core/single_type_kv_cache_manager.py"
 
 REFS: dict[str, Ref] = {
-    "request_init": Ref("Request.__init__ runs the block hasher", "vllm/v1/request.py:225-231"),
+    "request_init": Ref("Request.__init__ runs the block hasher (update_block_hashes)", "vllm/v1/request.py:225-231"),
     "append_output": Ref("Request.append_output_token_ids -> update_block_hashes", "vllm/v1/request.py:272-288"),
     "block_hasher": Ref("get_request_block_hasher", f"{_KCU}:836-895"),
     "hash_block_tokens": Ref("hash_block_tokens", f"{_KCU}:684-714"),
@@ -31,7 +31,9 @@ REFS: dict[str, Ref] = {
     "hit_cap": Ref("max_cache_hit_length = num_tokens - 1", f"{_KCM}:295"),
     "find_longest_cache_hit": Ref("FullAttentionManager.find_longest_cache_hit", f"{_STM}:747-843"),
     "allocate_slots": Ref("KVCacheManager.allocate_slots", f"{_KCM}:371-614"),
-    "admission_check": Ref("allocate_slots admission check", f"{_KCM}:558-576"),
+    "admission_check": Ref(
+        "allocate_slots' admission check (required_blocks > available_blocks: None)", f"{_KCM}:558-576"
+    ),
     "blocks_to_allocate": Ref("get_num_blocks_to_allocate", f"{_STM}:178-268"),
     "touch": Ref("BlockPool.touch", f"{_BP}:755-771"),
     "get_new_blocks": Ref("BlockPool.get_new_blocks", f"{_BP}:669-703"),
@@ -44,7 +46,8 @@ REFS: dict[str, Ref] = {
     "map_pop": Ref("BlockHashToBlockMap.pop", f"{_BP}:101-127"),
     "reset": Ref("BlockPool.reset_prefix_cache", f"{_BP}:830-869"),
     "reset_running": Ref(
-        "the scheduler preempts its running queue from the end", "vllm/v1/core/sched/scheduler.py:2794-2804"
+        "Scheduler.reset_prefix_cache preempts the running queue from the end (_preempt_request)",
+        "vllm/v1/core/sched/scheduler.py:2794-2804",
     ),
     "record_stats": Ref("record_prefix_cache_stats (at admission)", "vllm/v1/core/sched/scheduler.py:1252-1256"),
     "prefix_cache_stats": Ref("PrefixCacheStats", "vllm/v1/metrics/stats.py:116-143"),

@@ -3,7 +3,7 @@ longest cached prefix)."""
 
 from __future__ import annotations
 
-from explorer.trace import Step, Trace
+from explorer.scenario.trace import Step, Trace
 from explorer.ui.explain.records import PANEL_TITLES, Panel
 from explorer.ui.explain.refs import REFS
 from explorer.ui.explain.words import blocks_text, counted, ids_text, request_at, tail_words

@@ -7,7 +7,7 @@ and tests read it. Each panel names the vLLM function and its file:line in relea
 
 from __future__ import annotations
 
-from explorer.trace import Trace
+from explorer.scenario.trace import Trace
 from explorer.ui.explain.pool_panels import allocate_panel, caching_panel, eviction_panel, free_panel
 from explorer.ui.explain.records import PANEL_ORDER, Now, Panel
 from explorer.ui.explain.refs import REFS, Ref
@@ -91,12 +91,12 @@ def now(trace: Trace, k: int) -> Now:
             ]
             if a is not None:
                 s.append(
-                    f"Admission check: {a.new_blocks_needed:,} new + {a.free_hit_blocks:,} free hit blocks = {a.required:,} <= {a.free_blocks:,} free."
+                    f"Admission check: {a.num_new_blocks:,} new + {a.num_evictable_hit_blocks:,} free hit blocks = {a.num_required_blocks:,} <= {a.num_free_blocks:,} free."
                 )
         else:
             s = (
                 [
-                    f"{rid} does not fit: {a.new_blocks_needed:,} new + {a.free_hit_blocks:,} free hit blocks = {a.required:,} > {a.free_blocks:,} free, so allocate_slots returns None and nothing changes."
+                    f"{rid} does not fit: {a.num_new_blocks:,} new + {a.num_evictable_hit_blocks:,} free hit blocks = {a.num_required_blocks:,} > {a.num_free_blocks:,} free, so allocate_slots returns None and nothing changes."
                 ]
                 if a
                 else [f"{rid} could not be admitted."]

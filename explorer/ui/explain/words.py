@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from explorer.scenario_cli import id_ranges
-from explorer.trace import RequestView, Trace
+from explorer.scenario.cli import id_ranges
+from explorer.scenario.trace import RequestView, Trace
 
 
 def counted(count: int, word: str, plural: str | None = None) -> str:

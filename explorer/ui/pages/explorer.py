@@ -20,7 +20,7 @@ from urllib.parse import urlencode
 import streamlit as st
 
 from explorer.errors import BadInput
-from explorer.scenario import Scenario
+from explorer.scenario.spec import Scenario
 from explorer.ui.explorer_callbacks import on_block_click, on_presenter
 from explorer.ui.explorer_panels import click_component, now_box, phase_panels, state_views
 from explorer.ui.explorer_session import (
@@ -177,4 +177,6 @@ def render() -> None:
     _sync_url(current_view())
 
 
-render()
+# Streamlit runs a page file as __main__; importing it (a test calling render()) draws nothing.
+if __name__ == "__main__":
+    render()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import streamlit as st
 
 from explorer.errors import BadInput
-from explorer.scenario import load_scenario
+from explorer.scenario.parse import load_scenario
 from explorer.ui.lesson_files import LessonFile, list_lessons
 
 K_PICK = "lessons_pick"
@@ -107,4 +107,6 @@ def render() -> None:
         )
 
 
-render()
+# Streamlit runs a page file as __main__; importing it (a test calling render()) draws nothing.
+if __name__ == "__main__":
+    render()

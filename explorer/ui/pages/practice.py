@@ -17,7 +17,8 @@ from explorer.practice.hit_value import hit_value_rows, load_measurements, max_h
 from explorer.practice.hits import q_mistake
 from explorer.practice.interview import FOLLOW_UPS, MISTAKES, MISTAKES_BY_NAME, RUBRIC
 from explorer.practice.question import KIND_LABELS, KINDS, MAX_SEED, Question, Score, format_answer
-from explorer.scenario_cli import describe_step
+from explorer.scenario.cli import describe_step
+from explorer.scenario.write import scenario_to_toml
 from explorer.ui.lesson_files import lesson_title
 
 DOCS_DIR = Path(__file__).resolve().parents[3] / "docs"
@@ -68,7 +69,7 @@ def _open_in_explorer(q: Question) -> None:
     try:
         from explorer.ui.state import encode_blob
 
-        blob = encode_blob({"name": f"practice-{q.kind}-{q.seed}.toml", "toml": q.scenario.to_toml()})
+        blob = encode_blob({"name": f"practice-{q.kind}-{q.seed}.toml", "toml": scenario_to_toml(q.scenario)})
         st.page_link(
             EXPLORER_PAGE,
             label="Open this scenario in the explorer",
@@ -163,7 +164,7 @@ def _reveal(q: Question, correct: bool, message: str) -> None:
     _open_in_explorer(q)
     st.download_button(
         "Download this scenario (TOML)",
-        q.scenario.to_toml(),
+        scenario_to_toml(q.scenario),
         file_name=f"practice-{q.kind}-{q.seed}.toml",
         mime="application/toml",
         key=f"practice_dl_{q.key}",
@@ -318,4 +319,6 @@ def render() -> None:
     _value_of_a_hit()
 
 
-render()
+# Streamlit runs a page file as __main__; importing it (a test calling render()) draws nothing.
+if __name__ == "__main__":
+    render()

@@ -288,4 +288,6 @@ def render() -> None:
     )
 
 
-render()
+# Streamlit runs a page file as __main__; importing it (a test calling render()) draws nothing.
+if __name__ == "__main__":
+    render()

@@ -319,4 +319,6 @@ def render() -> None:
         _results(_state()[RESULT])
 
 
-render()
+# Streamlit runs a page file as __main__; importing it (a test calling render()) draws nothing.
+if __name__ == "__main__":
+    render()

@@ -395,4 +395,6 @@ def render() -> None:
     _share(cfg)
 
 
-render()
+# Streamlit runs a page file as __main__; importing it (a test calling render()) draws nothing.
+if __name__ == "__main__":
+    render()
