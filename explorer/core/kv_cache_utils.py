@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from explorer.core.errors import ConfigError
 from explorer.core.hashing import BlockHash, BlockHashWithGroupId, HashContext
@@ -235,3 +235,29 @@ def get_request_block_hasher(block_size: int, ctx: HashContext) -> Callable[[Req
         return new_hashes
 
     return request_block_hasher
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def find_cached_prefix(
+    keys: Iterable[K], lookup: Callable[[K], V | None], on_probe: Callable[[int, V | None], None] | None = None
+) -> list[V]:
+    """The longest-prefix walk: look the keys up from the first and stop at the first miss.
+
+    Block hashes chain (each one hashes its parent), so once one block misses no later block
+    can hit: the walk never needs to look further (single_type_kv_cache_manager.py:747-843).
+    ``lookup`` gives the cached value of a key or None; ``on_probe(index, value or None)`` hears
+    each probe, the final miss included. Every longest-prefix question in the explorer (the
+    manager's lookup, the router's view of an instance, the trace replay's LRU) walks here.
+    """
+    hits: list[V] = []
+    for key in keys:
+        value = lookup(key)
+        if on_probe is not None:
+            on_probe(len(hits), value)
+        if value is None:
+            break
+        hits.append(value)
+    return hits

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from explorer.core.block_pool import BlockPool
 from explorer.core.hashing import BlockHash
 from explorer.core.kv_cache_observer import KVCacheObserver
-from explorer.core.kv_cache_utils import KVCacheBlock
+from explorer.core.kv_cache_utils import KVCacheBlock, find_cached_prefix
 
 if TYPE_CHECKING:
     from explorer.core.request import Request
@@ -131,18 +131,18 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         Chaining makes a miss final: every later hash includes the missed one. At most
         ``max_length // block_size`` blocks are probed.
         """
-        hits: list[KVCacheBlock] = []
-        gid = self.kv_cache_group_id
+        pool, gid = self.block_pool, self.kv_cache_group_id
         group_ids = [gid]
+
+        def lookup(block_hash: BlockHash) -> KVCacheBlock | None:
+            cached = pool.get_cached_block(block_hash, group_ids)
+            return None if cached is None else cached[0]
+
         observer = self.observer
-        for block_hash in block_hashes[: max_length // self.block_size]:
-            cached = self.block_pool.get_cached_block(block_hash, group_ids)
-            if cached is None:
-                if observer is not None:
-                    observer.on_lookup_probe(gid, len(hits), None)
-                break
-            (block,) = cached
-            if observer is not None:
-                observer.on_lookup_probe(gid, len(hits), block.block_id)
-            hits.append(block)
-        return hits
+        on_probe = None
+        if observer is not None:
+
+            def on_probe(index: int, block: KVCacheBlock | None) -> None:
+                observer.on_lookup_probe(gid, index, None if block is None else block.block_id)
+
+        return find_cached_prefix(block_hashes[: max_length // self.block_size], lookup, on_probe)

@@ -31,10 +31,6 @@ class PagedKVPool:
             (num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim), float("nan"), dtype=dtype, device=device
         )
 
-    @property
-    def nbytes(self) -> int:
-        return self.kv.numel() * self.kv.element_size()
-
     def slot_ids(self, block_table: torch.Tensor, start: int, end: int) -> torch.Tensor:
         """Flat slot index (block id x block_size + offset) of token positions [start, end)."""
         pos = torch.arange(start, end, device=block_table.device)

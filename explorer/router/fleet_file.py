@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from explorer.router.config import (
     SystemPrompt,
     WorkloadSpec,
 )
+from explorer.toml_read import loads_toml
 
 
 class _Table:
@@ -273,13 +273,7 @@ def _system_prompts(source: str, t: _Table, limits: Limits) -> tuple[SystemPromp
 def parse_fleet_text(text: str, source: str = "<fleet>", limits: Limits = LIMITS) -> FleetConfig:
     if len(text.encode("utf-8", "surrogatepass")) > MAX_TOML_BYTES:
         raise BadInput(f"{source}: more than {MAX_TOML_BYTES:,} bytes; a fleet file is small")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise BadInput(f"{source}: not valid TOML ({e})") from None
-    except RecursionError:
-        raise BadInput(f"{source}: not valid TOML (nested too deeply)") from None
-    return parse_fleet_dict(data, source, limits)
+    return parse_fleet_dict(loads_toml(text, source), source, limits)
 
 
 def load_fleet(path: str | Path, limits: Limits = LIMITS) -> FleetConfig:

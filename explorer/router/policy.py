@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from explorer.core.hashing import BlockHash, HashContext, external_block_hash
-from explorer.core.kv_cache_utils import get_request_block_hasher
+from explorer.core.kv_cache_utils import find_cached_prefix, get_request_block_hasher
 from explorer.core.request import Request
 from explorer.errors import BadInput
 from explorer.router.config import TIE_BREAKS
@@ -84,12 +84,7 @@ class PrefixRouter:
         """The longest run of ``keys[:cap]`` present in ``view``."""
         if not view:
             return 0
-        n = 0
-        for k in keys[:cap]:
-            if not view.get(k):
-                break
-            n += 1
-        return n
+        return len(find_cached_prefix(keys[:cap], lambda k: view.get(k) or None))
 
     def choose(
         self, keys: Sequence[int | bytes], cap: int, views: Sequence[Mapping[Any, int] | None], loads: Sequence[int]

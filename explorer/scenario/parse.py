@@ -12,7 +12,6 @@ Every error is a `BadInput` naming the file, the step and the field, e.g.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from explorer.scenario.spec import (
     Scenario,
 )
 from explorer.tokens import parse_token_list, spec_length
+from explorer.toml_read import loads_toml
 
 # ---- parsing ----------------------------------------------------------------------------------
 
@@ -295,11 +295,7 @@ def parse_scenario_dict(data: Mapping[str, Any], source: str = "<scenario>", lim
 
 
 def parse_scenario_text(text: str, source: str = "<scenario>", limits: Limits = CLI_LIMITS) -> Scenario:
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise BadInput(f"{source}: not valid TOML: {e}") from None
-    return parse_scenario_dict(data, source, limits)
+    return parse_scenario_dict(loads_toml(text, source), source, limits)
 
 
 def load_scenario(path: str | Path, limits: Limits = CLI_LIMITS) -> Scenario:

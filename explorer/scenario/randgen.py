@@ -48,8 +48,7 @@ class _Gen:
     def __init__(self, seed: int, profile: Profile, engine: dict[str, Any]) -> None:
         self.rng = random.Random(seed)
         self.p = profile
-        self.engine_raw = engine
-        self.bs = engine.get("block_size", 16)
+        self.bs = engine.get("block_size", ENGINE_DEFAULTS["block_size"])
         self.max_len = engine.get("max_model_len", ENGINE_DEFAULTS["max_model_len"])
         rng = self.rng
         # One path per LoRA name in a scenario: the default or an explicit one.

@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Container, Sequence
 
 from explorer.core.hashing import BlockHash
+from explorer.core.kv_cache_utils import find_cached_prefix
 from explorer.traffic.hashing import PreparedTrace
 from explorer.traffic.results import RunResult, check_num_blocks, tick
 from explorer.traffic.trace import cdiv, footprint_tokens, is_skipped
@@ -35,12 +36,7 @@ def _cached_hashes(prep: PreparedTrace, k: int) -> list[BlockHash]:
 
 def _prefix_hit(hashes: Sequence[BlockHash], cache: Container[BlockHash], cap_blocks: int) -> int:
     """How many blocks of ``hashes[:cap_blocks]``, from the first, are in ``cache``."""
-    n = 0
-    for h in hashes[:cap_blocks]:
-        if h not in cache:
-            break
-        n += 1
-    return n
+    return len(find_cached_prefix(hashes[:cap_blocks], lambda h: h if h in cache else None))
 
 
 def simulate_lru(prep: PreparedTrace, num_blocks: int, progress: Callable[[int], None] | None = None) -> RunResult:

@@ -26,7 +26,9 @@ CODE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 def _source(rel: str) -> list[str]:
-    assert SITE is not None and (SITE / "vllm").is_dir(), "vLLM 0.31.0 is not installed: bash tests/conformance/setup_vllm.sh"
+    assert SITE is not None and (SITE / "vllm").is_dir(), (
+        "vLLM 0.31.0 is not installed: bash tests/conformance/setup_vllm.sh"
+    )
     path = SITE / rel
     assert path.is_file(), f"{rel} is not in the installed vLLM"
     return path.read_text(encoding="utf-8").splitlines()
