@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 
+from explorer.numbers import counted
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario
 from explorer.scenario.trace import Step, Trace
@@ -33,23 +34,30 @@ def describe_step(step: Step, block_size: int) -> str:
     """One line per step: what happened, with the numbers."""
     op = step.op
     who = f" {op.id}" if op.id is not None else ""
-    head = f"{op.index + 1:>3}. {op.op}{who}"
+    # A later prefill chunk only continues: no lookup, no stats.
+    name = "continue" if op.op == "admit" and step.lookup is None else op.op
+    head = f"{op.index + 1:>3}. {name}{who}"
     parts: list[str] = []
     snap = step.snapshot
     assert snap is not None, "the text form describes a recorded replay"
     if op.op == "arrive":
         req = snap.request(op.id or "")
         n = req.num_tokens if req else len(op.prompt)
-        parts.append(f"{n} tokens, {len(step.hashed)} full blocks hashed, {n % block_size} tokens in the partial tail")
+        parts.append(
+            f"{counted(n, 'token')}, {counted(len(step.hashed), 'full block')} hashed, "
+            f"{counted(n % block_size, 'token')} in the partial tail"
+        )
     if step.lookup is not None:
         lk = step.lookup
         parts.append(
             f"lookup skipped ({lk.skipped})"
             if lk.skipped
-            else f"hit {lk.hit_tokens} tokens (cap {lk.cap_blocks} blocks)"
+            else f"hit {counted(lk.hit_tokens, 'token')} (cap {counted(lk.cap_blocks, 'block')})"
         )
     if op.op == "generate":
-        parts.append(f"{len(step.admissions)} decode allocations" + ("" if step.ok else " (the last failed: NO ROOM)"))
+        parts.append(
+            counted(len(step.admissions), "decode allocation") + ("" if step.ok else " (the last failed: NO ROOM)")
+        )
     else:
         for a in step.admissions:
             verdict = "ok" if a.ok else "NO ROOM"
@@ -57,7 +65,7 @@ def describe_step(step: Step, block_size: int) -> str:
                 f"need {a.num_new_blocks} new + {a.num_evictable_hit_blocks} free hit = {a.num_required_blocks} of {a.num_free_blocks} free: {verdict}"
             )
     if op.op in ("sample", "generate") and step.hashed:
-        parts.append(f"{len(step.hashed)} new block hashes")
+        parts.append(f"{counted(len(step.hashed), 'new block hash', 'new block hashes')}")
     if step.new_block_ids:
         parts.append(f"new blocks {id_ranges(step.new_block_ids)}")
     if step.evicted:
@@ -96,7 +104,8 @@ def render_text(trace: Trace) -> str:
     st = trace.final.stats
     rate = st["hits"] / st["queries"] if st["queries"] else 0.0
     lines.append(
-        f"stats: {st['requests']} requests, {st['queries']} query tokens, {st['hits']} hit tokens ({rate:.1%})"
+        f"stats: {counted(st['requests'], 'request')}, {counted(st['queries'], 'query token')}, "
+        f"{counted(st['hits'], 'hit token')} ({rate:.1%})"
     )
     return "\n".join(lines)
 

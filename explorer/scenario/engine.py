@@ -165,6 +165,7 @@ class ScenarioEngine:
             snapshot=self.snapshot() if self.record or op.expect else None,
             hit_tokens=out.get("hit_tokens"),
             new_block_ids=None if new_ids is None else tuple(new_ids),
+            num_sampled=out.get("num_sampled"),
             hashed=out.get("hashed", ()),
             preempted=tuple(out.get("preempted", ())),
             **(self.recorder.records() if self.recorder is not None else {}),
@@ -250,6 +251,7 @@ class ScenarioEngine:
         n_before = len(req.block_hashes)
         for t in tokens:
             req.append_output_token_ids(t)
+        out["num_sampled"] = len(tokens)
         out["hashed"] = self._hashed_since(req, n_before)
 
     def _op_decode(self, op: Op, out: dict[str, Any]) -> None:
@@ -268,6 +270,7 @@ class ScenarioEngine:
         self._check_growth(op, req, len(tokens))
         n_before = len(req.block_hashes)
         new_ids: list[int] = []
+        out["num_sampled"] = 0
         for t in tokens:
             if req.num_tokens > req.num_computed_tokens:
                 new_blocks = self.sched.compute_pending(req)
@@ -276,6 +279,7 @@ class ScenarioEngine:
                     break
                 new_ids.extend(self._ids(new_blocks))
             req.append_output_token_ids(t)
+            out["num_sampled"] += 1
         out["new_block_ids"] = new_ids
         out["hashed"] = self._hashed_since(req, n_before)
 

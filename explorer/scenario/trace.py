@@ -113,6 +113,7 @@ class Step:
     snapshot: Snapshot | None  # None in a lean replay (record=False), unless the step has `expect`
     hit_tokens: int | None = None  # admit only
     new_block_ids: tuple[int, ...] | None = None  # admit, decode, generate
+    num_sampled: int | None = None  # sample, generate: tokens appended (a failed generate stops early)
     hashed: tuple[HashedBlock, ...] = ()  # block hashes the request learned this step
     lookup: Lookup | None = None
     admissions: tuple[AdmissionCheck, ...] = ()
