@@ -119,13 +119,17 @@ def run_sweep(
         label = f"{policy} @ {size:,} blocks" if size is not None else policy
         tick = lambda d, base=base, label=label: report(base + d, f"{label}: {d:,}/{n:,} requests")  # noqa: E731
         tick(0)
+        if policy == "unbounded":
+            runs.append(simulate_unbounded(prep, tick))
+            continue
+        assert size is not None, f"{policy} runs at a cache size"
         if policy == "vllm":
             if concurrency is not None:
-                runs.append(replay_concurrent(prep, size, concurrency, tick))  # type: ignore[arg-type]
+                runs.append(replay_concurrent(prep, size, concurrency, tick))
             else:
-                runs.append(replay_vllm(prep, size, tick))  # type: ignore[arg-type]
+                runs.append(replay_vllm(prep, size, tick))
         elif policy == "lru":
-            runs.append(simulate_lru(prep, size, tick))  # type: ignore[arg-type]
+            runs.append(simulate_lru(prep, size, tick))
         else:
             runs.append(simulate_unbounded(prep, tick))
     report(units, "done")
