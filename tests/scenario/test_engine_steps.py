@@ -241,3 +241,14 @@ def test_randomly_generated_manager_scenarios_are_unchanged_by_the_new_kind() ->
     }
     with pytest.raises(BadInput, match="external"):
         parse_scenario_dict({"steps": [{"op": "reset", "external": True}]})
+
+
+def test_the_engine_step_bench_scenario_preempts_and_drains() -> None:
+    from explorer.bench import engine_step_raw
+
+    for scheduler in ("async", "sync"):
+        raw = engine_step_raw(0, scheduler)
+        out = replay(parse_scenario_dict(raw), record=False).to_json()
+        assert out["final"]["requests"] == {}  # every request done
+        assert sum(len(s.get("preempted", ())) for s in out["steps"]) > 0
+        assert out["final"]["stats"]["requests"] == 64 and out["final"]["stats"]["hits"] > 0
