@@ -53,8 +53,9 @@ def describe_step(step: Step, block_size: int) -> str:
     else:
         for a in step.admissions:
             verdict = "ok" if a.ok else "NO ROOM"
+            whole = "whole sequence: " if a.full_sequence else ""
             parts.append(
-                f"need {a.num_new_blocks} new + {a.num_evictable_hit_blocks} free hit = {a.num_required_blocks} of {a.num_free_blocks} free: {verdict}"
+                f"{whole}need {a.num_new_blocks} new + {a.num_evictable_hit_blocks} free hit = {a.num_required_blocks} of {a.num_free_blocks} free: {verdict}"
             )
     if op.op in ("sample", "generate") and step.hashed:
         parts.append(f"{len(step.hashed)} new block hashes")

@@ -104,6 +104,10 @@ class EngineStepReplay:
         assert op.id is not None and op.output is not None
         if op.id in self.scheduler.requests:
             raise self._fail(op, "id", f"request {op.id!r} is still held by the scheduler (it has not finished)")
+        if self.engine_core.in_flight(op.id):
+            raise self._fail(
+                op, "id", f"request {op.id!r} is still in a batch in flight (step once more before reusing the id)"
+            )
         lora = LoRARequest(op.lora.name, op.lora.id, op.lora.path) if op.lora else None
         req = Request(
             op.id, op.prompt, self.hasher, lora, op.cache_salt, (), op.prompt_logprobs, max_tokens=len(op.output)

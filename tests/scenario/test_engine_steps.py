@@ -50,6 +50,10 @@ BAD = {
     ),
     "aborting an id that never arrived": (steps(STEP, 'op = "abort"\nid = "Z"'), ["step 2 (abort Z)", "'Z'"]),
     "arriving a live id": (steps(ARRIVE, STEP, ARRIVE), ["step 3 (arrive A)", "still held"]),
+    "arriving an aborted id still in flight": (
+        steps(ARRIVE, STEP, 'op = "abort"\nid = "A"', ARRIVE, head=HEAD.replace("sync", "async")),
+        ["step 4 (arrive A)", "in a batch in flight"],
+    ),
     "ok is not reported by a step": (steps(ARRIVE, STEP + "\nexpect = { ok = true }"), ["step 2 (step)", "'ok'"]),
     "scheduler keys in a manager-level scenario": (
         '[engine]\nscheduler = "sync"\n[[steps]]\nop = "arrive"\nid = "A"\nprompt = "0:4"\n',

@@ -87,6 +87,12 @@ class EngineCore:
     def reset_prefix_cache(self, reset_running_requests: bool = False, reset_connector: bool = False) -> bool:
         return self.scheduler.reset_prefix_cache(reset_running_requests, reset_connector)
 
+    def in_flight(self, request_id: str) -> bool:
+        """Is the request in a queued batch whose output has not been processed? Its output
+        would go to whatever request holds the id when it arrives: update_from_output looks
+        requests up by id (scheduler.py:2020-2032)."""
+        return self.batch_queue is not None and any(request_id in so.num_scheduled_tokens for _, so in self.batch_queue)
+
     def _execute(self, scheduler_output: SchedulerOutput) -> ModelRunnerOutput:
         return self.model_executor.execute_model(scheduler_output, self.scheduler.requests)
 
