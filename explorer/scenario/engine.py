@@ -17,7 +17,7 @@ from explorer.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
 from explorer.core.metrics import CachingMetrics, PrefixCacheStats
 from explorer.core.request import LoRARequest, MultiModalFeature, Request, RequestStatus
 from explorer.core.sched.request_steps import RequestSteps
-from explorer.scenario.engine_steps import replay_engine_steps
+from explorer.scenario.engine_steps import EngineStepReplay, replay_engine_steps
 from explorer.scenario.recorder import GROUP_0, StepError, StepRecorder, block_hasher, hashed_since, take_snapshot
 from explorer.scenario.spec import Op, Scenario
 from explorer.scenario.trace import HashedBlock, Snapshot, Step, Trace, with_expectations
@@ -27,6 +27,8 @@ class ScenarioEngine:
     """A KV cache manager plus the requests of a scenario, driven op by op."""
 
     def __init__(self, scenario: Scenario, hash_seed: str | None = None, record: bool = True) -> None:
+        if scenario.sched is not None:
+            raise ValueError("an engine-step scenario is replayed by EngineStepReplay (see engine_for)")
         self.scenario = scenario
         self.record = record
         cfg = scenario.engine
@@ -215,6 +217,16 @@ class ScenarioEngine:
 
     def snapshot(self) -> Snapshot:
         return take_snapshot(self.manager, self.requests.values(), self.totals.as_dict(), self.window)
+
+
+def engine_for(
+    scenario: Scenario, hash_seed: str | None = None, record: bool = True
+) -> ScenarioEngine | EngineStepReplay:
+    """The engine that replays ``scenario`` op by op: manager-level or engine steps (both have
+    ``apply``, ``snapshot`` and ``trace``)."""
+    if scenario.sched is not None:
+        return EngineStepReplay(scenario, hash_seed, record)
+    return ScenarioEngine(scenario, hash_seed, record)
 
 
 def replay(scenario: Scenario, hash_seed: str | None = None, upto: int | None = None, record: bool = True) -> Trace:

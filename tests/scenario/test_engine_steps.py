@@ -256,3 +256,18 @@ def test_the_engine_step_bench_scenario_preempts_and_drains() -> None:
         assert out["final"]["requests"] == {}  # every request done
         assert sum(len(s.get("preempted", ())) for s in out["steps"]) > 0
         assert out["final"]["stats"]["requests"] == 64 and out["final"]["stats"]["hits"] > 0
+
+
+def test_engine_for_picks_the_replay_of_the_scenario_kind() -> None:
+    from explorer.scenario.engine import ScenarioEngine, engine_for
+    from explorer.scenario.engine_steps import EngineStepReplay
+
+    step_scenario = parse_scenario_text(steps(ARRIVE, STEP))
+    engine = engine_for(step_scenario)
+    assert isinstance(engine, EngineStepReplay)
+    trace = engine.trace(engine.snapshot(), [engine.apply(op) for op in step_scenario.ops])
+    assert trace.to_json() == replay(step_scenario).to_json()
+    manager = parse_scenario_text('[[steps]]\nop = "arrive"\nid = "A"\nprompt = "0:4"\n')
+    assert isinstance(engine_for(manager), ScenarioEngine)
+    with pytest.raises(ValueError, match="engine-step"):
+        ScenarioEngine(step_scenario)
