@@ -152,6 +152,8 @@ class EngineStepReplay:
         ok = self.engine_core.reset_prefix_cache(op.running, bool(op.external))
         self.reset_ok.append(ok)
         out["ok"] = ok
+        if self.recorder is not None:  # who the reset preempted, as the scheduler reported it
+            out["preempted"] = [rid for rid, _ in self.recorder.preemptions]
 
     # ---- state -----------------------------------------------------------------------------
 

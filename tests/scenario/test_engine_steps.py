@@ -271,3 +271,14 @@ def test_engine_for_picks_the_replay_of_the_scenario_kind() -> None:
     assert isinstance(engine_for(manager), ScenarioEngine)
     with pytest.raises(ValueError, match="engine-step"):
         ScenarioEngine(step_scenario)
+
+
+def test_a_recorded_reset_keeps_who_it_preempted_and_the_json_does_not_show_it() -> None:
+    sc = parse_scenario_text(
+        steps(
+            ARRIVE, 'op = "arrive"\nid = "B"\nprompt = "100:140"\noutput = "7:9"', STEP, 'op = "reset"\nrunning = true'
+        )
+    )
+    trace = replay(sc)
+    assert trace.steps[3].preempted == ("B", "A") and trace.steps[3].ok
+    assert trace.to_json()["steps"][3] == {"op": "reset", "id": None, "ok": True, "events": []}
