@@ -190,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--num-blocks", type=_int_at_least(2, "an integer >= 2", hi=1 << 20), default=600)
     b.add_argument("--repeat", type=_int_at_least(1, "a positive integer", hi=50), default=5)
     b.add_argument("--seed", type=_nonneg_int, default=0)
+    b.add_argument("--engine-steps", action="store_true", help="an engine-step scenario under both schedulers")
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=_lazy("explorer.bench", "cmd_bench"), parser=b)
     return p

@@ -13,7 +13,7 @@ import sys
 from explorer.numbers import counted
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario
-from explorer.scenario.trace import Step, Trace
+from explorer.scenario.trace import EngineStepRecord, Step, Trace
 
 
 def id_ranges(ids) -> str:
@@ -61,8 +61,9 @@ def describe_step(step: Step, block_size: int) -> str:
     else:
         for a in step.admissions:
             verdict = "ok" if a.ok else "NO ROOM"
+            whole = "whole sequence: " if a.full_sequence else ""
             parts.append(
-                f"need {a.num_new_blocks} new + {a.num_evictable_hit_blocks} free hit = {a.num_required_blocks} of {a.num_free_blocks} free: {verdict}"
+                f"{whole}need {a.num_new_blocks} new + {a.num_evictable_hit_blocks} free hit = {a.num_required_blocks} of {a.num_free_blocks} free: {verdict}"
             )
     if op.op in ("sample", "generate") and step.hashed:
         parts.append(f"{counted(len(step.hashed), 'new block hash', 'new block hashes')}")
@@ -81,14 +82,32 @@ def describe_step(step: Step, block_size: int) -> str:
             if ids:
                 where = {"front": "to the queue front", "back": "to the queue back", "held": "still held"}[to]
                 parts.append(f"freed {id_ranges(ids)} {where}")
+    es = step.engine_step
+    if es is not None:
+        parts.append(describe_batch(es))
     if step.preempted:
         parts.append(f"preempted {list(step.preempted)}")
+    if es is not None and es.outputs:
+        parts.append("sampled " + ", ".join(f"{rid} {list(toks)}" for rid, toks in es.outputs.items()))
+    if es is not None and es.finished:
+        parts.append(f"finished {list(es.finished)}")
     if op.op == "reset":
         parts.append("cache reset" if step.ok else "reset REFUSED (blocks still in use)")
     if step.events:
         parts.append("events " + ", ".join(type(e).__name__ for e in step.events))
     parts.append(f"free {snap.num_free_blocks}")
     return head + ": " + "; ".join(parts)
+
+
+def describe_batch(es: EngineStepRecord) -> str:
+    """An engine step's batch: each request's tokens, prefill chunk or sampling, and whether
+    the update ran (async: not while the batch queue fills)."""
+    if not es.scheduled and es.step_stats is None:
+        return "nothing scheduled, no update"
+    kinds = {b.request_id: "prefill chunk" if b.is_prefill_chunk else "samples" for b in es.batch}
+    batch = ", ".join(f"{rid} {n}" + (f" ({kinds[rid]})" if rid in kinds else "") for rid, n in es.scheduled.items())
+    head = f"batch of {sum(es.scheduled.values())} tokens: {batch}" if es.scheduled else "empty batch"
+    return head + ("" if es.step_stats is not None else "; no update yet (the batch queue fills)")
 
 
 def render_text(trace: Trace) -> str:

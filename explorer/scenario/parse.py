@@ -13,6 +13,7 @@ Every error is a `BadInput` naming the file, the step and the field, e.g.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from explorer.scenario.spec import (
     Op,
     Scenario,
 )
+from explorer.scenario.step_spec import SCHED_DEFAULTS, is_engine_step_scenario, kind_error, parse_sched
 from explorer.tokens import parse_token_list, spec_length
 from explorer.toml_read import loads_toml
 
@@ -75,9 +77,10 @@ def _engine(ctx: _Ctx, raw: Any, limits: Limits) -> EngineConfig:
         raw = {}
     if not isinstance(raw, Mapping):
         raise ctx.fail("engine", "expected a table")
-    unknown = set(raw) - set(ENGINE_DEFAULTS)
+    unknown = set(raw) - set(ENGINE_DEFAULTS) - set(SCHED_DEFAULTS)
     if unknown:
-        raise ctx.fail("engine", f"unknown key {sorted(unknown)[0]!r} (known: {', '.join(ENGINE_DEFAULTS)})")
+        known = ", ".join([*ENGINE_DEFAULTS, *SCHED_DEFAULTS])
+        raise ctx.fail("engine", f"unknown key {sorted(unknown)[0]!r} (known: {known})")
     v = {**ENGINE_DEFAULTS, **raw}
     block_size = _int(ctx, "engine.block_size", v["block_size"], 1, 1 << 16)
     num_blocks = _int(ctx, "engine.num_blocks", v["num_blocks"], 2, limits.max_blocks)
@@ -171,7 +174,9 @@ def _expect(ctx: _Ctx, where: str, op: str, raw: Any) -> dict[str, Any]:
     return dict(raw)
 
 
-def _step(ctx: _Ctx, i: int, raw: Any, engine: EngineConfig, loras: _LoraRegistry, limits: Limits) -> Op:
+def _step(
+    ctx: _Ctx, i: int, raw: Any, engine: EngineConfig, loras: _LoraRegistry, limits: Limits, engine_steps: bool = False
+) -> Op:
     if not isinstance(raw, Mapping):
         raise ctx.fail(f"step {i + 1}", "expected a table")
     op = raw.get("op")
@@ -179,6 +184,9 @@ def _step(ctx: _Ctx, i: int, raw: Any, engine: EngineConfig, loras: _LoraRegistr
         raise ctx.fail(f"step {i + 1}", f"op: unknown op {op!r} (expected one of {', '.join(OPS)})")
     rid = raw.get("id")
     label = f"step {i + 1} ({op}{'' if rid is None else ' ' + str(rid)})"
+    wrong_kind = kind_error(op, set(raw), engine_steps)
+    if wrong_kind is not None:
+        raise ctx.fail(f"{label}: {wrong_kind[0]}", wrong_kind[1])
     unknown = set(raw) - OP_KEYS[op] - {"op", "note", "expect"}
     if unknown:
         raise ctx.fail(
@@ -187,12 +195,25 @@ def _step(ctx: _Ctx, i: int, raw: Any, engine: EngineConfig, loras: _LoraRegistr
     note = _str(ctx, f"{label}: note", raw["note"]) if "note" in raw else None
     expect = _expect(ctx, label, op, raw.get("expect", {}))
     if op == "reset":
-        return Op(i, op, running=_bool(ctx, f"{label}: running", raw.get("running", False)), note=note, expect=expect)
+        running = _bool(ctx, f"{label}: running", raw.get("running", False))
+        external = _bool(ctx, f"{label}: external", raw.get("external", False)) if engine_steps else None
+        return Op(i, op, running=running, external=external, note=note, expect=expect)
+    if op == "step":
+        return Op(i, op, note=note, expect=expect)
     if "id" not in raw:
         raise ctx.fail(label, "id: missing request id")
     rid = _str(ctx, f"{label}: id", rid, allow_empty=False)
     if op == "arrive":
-        return _arrive(ctx, i, label, raw, rid, engine, loras, limits, note, expect)
+        arrive = _arrive(ctx, i, label, raw, rid, engine, loras, limits, note, expect)
+        if not engine_steps:
+            return arrive
+        output = _tokens(ctx, f"{label}: output", raw["output"], engine.max_model_len, "max_model_len")
+        if not output:
+            raise ctx.fail(f"{label}: output", "no tokens (max_tokens = len(output) must be at least 1)")
+        if len(arrive.prompt) + len(output) > engine.max_model_len:
+            n, cap = len(arrive.prompt) + len(output), engine.max_model_len
+            raise ctx.fail(f"{label}: output", f"prompt + output = {n:,} tokens, more than max_model_len = {cap:,}")
+        return replace(arrive, output=output)
     if op == "admit":
         tokens = _int(ctx, f"{label}: tokens", raw["tokens"], 1) if "tokens" in raw else None
         return Op(i, op, rid, tokens=tokens, note=note, expect=expect)
@@ -261,14 +282,17 @@ class StepParser:
     """Validates steps one at a time, exactly as a scenario file's steps are validated (LoRA
     ids carry over from step to step). The random scenario generator builds through it."""
 
-    def __init__(self, source: str, engine: EngineConfig, limits: Limits = CLI_LIMITS) -> None:
+    def __init__(
+        self, source: str, engine: EngineConfig, limits: Limits = CLI_LIMITS, engine_steps: bool = False
+    ) -> None:
         self._ctx = _Ctx(source)
         self._engine = engine
         self._limits = limits
         self._loras = _LoraRegistry()
+        self._engine_steps = engine_steps
 
     def parse(self, index: int, raw: Any) -> Op:
-        return _step(self._ctx, index, raw, self._engine, self._loras, self._limits)
+        return _step(self._ctx, index, raw, self._engine, self._loras, self._limits, self._engine_steps)
 
 
 def parse_scenario_dict(data: Mapping[str, Any], source: str = "<scenario>", limits: Limits = CLI_LIMITS) -> Scenario:
@@ -282,16 +306,20 @@ def parse_scenario_dict(data: Mapping[str, Any], source: str = "<scenario>", lim
     description = _str(ctx, "description", data.get("description", ""))
     engine = _engine(ctx, data.get("engine"), limits)
     steps = data.get("steps", [])
+    engine_steps = is_engine_step_scenario(steps)
+    sched = parse_sched(ctx.fail, data.get("engine"), engine_steps, engine.max_model_len)
     if not isinstance(steps, list):
         raise ctx.fail("steps", "expected an array of tables ([[steps]])")
     if len(steps) > limits.max_steps:
         raise ctx.fail("steps", f"{len(steps):,} steps, more than the limit {limits.max_steps:,}")
-    parser = StepParser(source, engine, limits)
+    parser = StepParser(source, engine, limits, engine_steps)
     ops = tuple(parser.parse(i, s) for i, s in enumerate(steps))
-    total = sum(len(o.prompt) + (len(o.tokens) if isinstance(o.tokens, tuple) else 0) for o in ops)
+    total = sum(
+        len(o.prompt) + (len(o.tokens) if isinstance(o.tokens, tuple) else 0) + len(o.output or ()) for o in ops
+    )
     if total > limits.max_total_tokens:
         raise ctx.fail("steps", f"{total:,} tokens in all, more than the limit {limits.max_total_tokens:,}")
-    return Scenario(title, engine, ops, source, description, tuple(dict(s) for s in steps))
+    return Scenario(title, engine, ops, source, description, tuple(dict(s) for s in steps), sched)
 
 
 def parse_scenario_text(text: str, source: str = "<scenario>", limits: Limits = CLI_LIMITS) -> Scenario:
@@ -317,7 +345,7 @@ def with_engine(scenario: Scenario, **changes: Any) -> Scenario:
     raw: dict[str, Any] = {
         "title": scenario.title,
         "description": scenario.description,
-        "engine": {**scenario.engine.as_dict(), **changes},
+        "engine": {**scenario.engine_dict(), **changes},
         "steps": [dict(s) for s in scenario.raw_steps],
     }
     return parse_scenario_dict(raw, scenario.source)
@@ -328,7 +356,7 @@ def with_steps(scenario: Scenario, extra_steps: Sequence[Mapping[str, Any]], lim
     raw: dict[str, Any] = {
         "title": scenario.title,
         "description": scenario.description,
-        "engine": scenario.engine.as_dict(),
+        "engine": scenario.engine_dict(),
         "steps": [dict(s) for s in scenario.raw_steps] + [dict(s) for s in extra_steps],
     }
     return parse_scenario_dict(raw, scenario.source, limits)

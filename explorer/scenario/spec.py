@@ -7,19 +7,24 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from explorer.core.hashing import resolve_none_hash_seed
+from explorer.scenario.step_spec import STEP_EXPECT_KEYS, SchedSpec
 
-OPS = ("arrive", "admit", "sample", "decode", "generate", "finish", "preempt", "reset")
+# Engine-step scenarios (design section 7) add `step` and `abort`; step_spec.py says which op
+# and key belongs to which kind of scenario.
+OPS = ("arrive", "admit", "sample", "decode", "generate", "finish", "preempt", "reset", "step", "abort")
 
 # Keys each op accepts besides `op`, `note` and `expect`.
 OP_KEYS: dict[str, frozenset[str]] = {
-    "arrive": frozenset({"id", "prompt", "text", "lora", "lora_path", "cache_salt", "mm", "prompt_logprobs"}),
+    "arrive": frozenset({"id", "prompt", "text", "lora", "lora_path", "cache_salt", "mm", "prompt_logprobs", "output"}),
     "admit": frozenset({"id", "tokens"}),
     "sample": frozenset({"id", "tokens"}),
     "decode": frozenset({"id"}),
     "generate": frozenset({"id", "tokens"}),
     "finish": frozenset({"id"}),
     "preempt": frozenset({"id"}),
-    "reset": frozenset({"running"}),
+    "reset": frozenset({"running", "external"}),
+    "step": frozenset(),
+    "abort": frozenset({"id"}),
 }
 
 _STATS_KEYS = (
@@ -33,7 +38,9 @@ _STATS_KEYS = (
 _COMMON_EXPECT = frozenset({"ok", "num_free_blocks", "free_queue", "event_types", *_STATS_KEYS})
 # `expect` keys per op: a key for a field the op does not report is bad input.
 EXPECT_KEYS: dict[str, frozenset[str]] = {
-    op: _COMMON_EXPECT
+    op: (_COMMON_EXPECT - {"ok"}) | STEP_EXPECT_KEYS
+    if op == "step"
+    else _COMMON_EXPECT
     | ({"hit_tokens"} if op == "admit" else set())
     | ({"new_block_ids"} if op in ("admit", "decode", "generate") else set())
     for op in OPS
@@ -108,6 +115,8 @@ class Op:
     prompt_logprobs: bool = False
     tokens: int | tuple[int, ...] | None = None  # admit: a count; sample/generate: token ids
     running: bool = False
+    output: tuple[int, ...] | None = None  # engine-step arrive: the tokens the model samples
+    external: bool | None = None  # engine-step reset: reset_connector
     note: str | None = None
     expect: Mapping[str, Any] = field(default_factory=dict)
 
@@ -122,6 +131,10 @@ class Op:
         d: dict[str, Any] = {"op": self.op}
         if self.op == "reset":
             d["running"] = self.running
+            if self.external is not None:
+                d["external"] = self.external
+            return d
+        if self.op == "step":
             return d
         d["id"] = self.id
         if self.op == "arrive":
@@ -132,6 +145,9 @@ class Op:
             d["cache_salt"] = self.cache_salt
             d["mm"] = [{"id": m.id, "offset": m.offset, "length": m.length} for m in self.mm]
             d["prompt_logprobs"] = self.prompt_logprobs
+            if self.output is not None:  # engine-step arrive: no images
+                del d["mm"]
+                d["output"] = list(self.output)
         elif self.op == "admit":
             d["tokens"] = self.tokens
         elif self.op in ("sample", "generate"):
@@ -149,11 +165,20 @@ class Scenario:
     description: str = ""
     # The TOML tables as read, so a session can be written back out (`to_toml`).
     raw_steps: tuple[Mapping[str, Any], ...] = ()
+    # The scheduler keys of an engine-step scenario; None for a manager-level one.
+    sched: SchedSpec | None = None
+
+    def engine_dict(self) -> dict[str, Any]:
+        """The [engine] table: the engine keys, and the scheduler keys of an engine-step scenario."""
+        return {**self.engine.as_dict(), **(self.sched.as_dict() if self.sched is not None else {})}
 
     def normalized(self, hash_seed: str | None) -> dict[str, Any]:
-        engine = self.engine.as_dict()
+        engine = self.engine_dict()
         engine["hash_seed"] = hash_seed
-        return {"engine": engine, "ops": [op.normalized() for op in self.ops]}
+        ops = [op.normalized() for op in self.ops]
+        if self.sched is not None:
+            return {"kind": "engine_steps", "engine": engine, "ops": ops}
+        return {"engine": engine, "ops": ops}
 
 
 def replace_engine_seed(scenario: Scenario, seed: str) -> Scenario:

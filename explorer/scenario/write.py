@@ -48,4 +48,4 @@ def dumps_scenario(title: str, description: str, engine: Mapping[str, Any], step
 
 def scenario_to_toml(scenario: Scenario) -> str:
     """A scenario as TOML again (the session download): its tables as they were read."""
-    return dumps_scenario(scenario.title, scenario.description, scenario.engine.as_dict(), scenario.raw_steps)
+    return dumps_scenario(scenario.title, scenario.description, scenario.engine_dict(), scenario.raw_steps)
