@@ -22,14 +22,15 @@ from explorer.core.metrics import CachingMetrics, PrefixCacheStats
 from explorer.core.request import LoRARequest, MultiModalFeature, Request, RequestStatus
 from explorer.core.sched.request_steps import RequestSteps
 from explorer.errors import BadInput
-from explorer.scenario.spec import Op, Scenario
+from explorer.scenario.budget import check_replay_budget
+from explorer.scenario.snapshot import Snapshots
+from explorer.scenario.spec import CLI_LIMITS, Limits, Op, Scenario
 from explorer.scenario.trace import (
     CacheCall,
     CachedBlock,
     Freed,
     HashedBlock,
     Lookup,
-    RequestView,
     Snapshot,
     Step,
     Trace,
@@ -134,6 +135,7 @@ class ScenarioEngine:
             observer=self.recorder,
         )
         self.sched = RequestSteps(self.manager)
+        self._snapshots = Snapshots(self.manager, GROUP_0)
         self.requests: dict[str, Request] = {}  # live (not finished), in arrival order
         self.totals = PrefixCacheStats()
         self.window = CachingMetrics()
@@ -313,45 +315,26 @@ class ScenarioEngine:
         )
 
     def snapshot(self) -> Snapshot:
-        pool = self.manager.block_pool
-        mgr = self.manager
-        blocks = tuple((b.ref_cnt, None if b.block_hash is None else bytes(b.block_hash[:-4])) for b in pool.blocks)
-        return Snapshot(
-            blocks=blocks,
-            free_queue=tuple(b.block_id for b in pool.free_block_queue.get_all_free_blocks()),
-            cached=tuple(
-                (bytes(k[:-4]), tuple(b.block_id for b in bl)) for k, bl in pool.cached_block_hash_to_block.items()
-            ),
-            requests=tuple(
-                RequestView(
-                    r.request_id,
-                    r.status.value,
-                    r.num_tokens,
-                    r.num_prompt_tokens,
-                    r.num_computed_tokens,
-                    tuple(mgr.get_blocks(r.request_id).get_block_ids_of_group(GROUP_0)),
-                    tuple(r.block_hashes),
-                    r.lora_request.name if r.lora_request else None,
-                    r.cache_salt,
-                    r.prompt_logprobs,
-                    r.num_preemptions,
-                )
-                for r in self.requests.values()
-            ),
-            stats=self.totals.as_dict(),
-            window_hit_rate=self.window.hit_rate,
-            window_requests=self.window.aggregated_requests,
-        )
+        """The pool and the live requests now (sharing what did not change since the last one)."""
+        return self._snapshots.take(self.requests.values(), self.totals, self.window)
 
 
-def replay(scenario: Scenario, hash_seed: str | None = None, upto: int | None = None, record: bool = True) -> Trace:
+def replay(
+    scenario: Scenario,
+    hash_seed: str | None = None,
+    upto: int | None = None,
+    record: bool = True,
+    limits: Limits = CLI_LIMITS,
+) -> Trace:
     """Replay ``scenario`` (its first ``upto`` steps, or all) into a Trace.
 
     ``hash_seed`` replaces the scenario's seed; pass ``trace.hash_seed`` of an earlier replay
     to reproduce a drawn xxhash seed. ``record=False`` is a lean replay (tools, benchmarks):
     steps carry their outcome and events but no snapshot or panel records, and only the final
-    state is kept; ``to_json()`` is the same as a full replay's.
+    state is kept; ``to_json()`` is the same as a full replay's. A replay whose snapshots would
+    hold more than ``limits.max_snapshot_cells`` block entries is refused before it starts.
     """
+    check_replay_budget(scenario, limits, record, upto)
     engine = ScenarioEngine(scenario, hash_seed, record=record)
     initial = engine.snapshot()
     ops = scenario.ops if upto is None else scenario.ops[:upto]
