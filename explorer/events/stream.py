@@ -22,6 +22,7 @@ from explorer.events.wire import DEFAULT_BUFFER_STEPS, DEFAULT_MAX_PAYLOAD, END_
 
 DEFAULT_REPLAY_TIMEOUT = 2.0
 DEFAULT_MAX_PENDING = 200_000
+DEFAULT_MAX_INSTANCES = 1024  # (topic, data_parallel_rank) pairs one stream keeps apart
 # A publisher numbers its batches 0, 1, 2, ... one per engine step: 2**62 of them would take a
 # million steps a second for 146,000 years. A larger sequence number is a malformed frame.
 MAX_SEQ = 1 << 62
@@ -53,7 +54,7 @@ class KVEventStream:
     batches after an instance's first; ``replayed``: batches applied from a replay (a late
     joiner's catch-up included); ``lost``: gap sequence numbers never recovered;
     ``malformed``: frames that were not a well-formed batch (a sequence number of 2**62 or
-    more among them); ``restarts``: live seqs that fell back to or below the highest one seen,
+    more among them, and a frame of a new instance once ``max_instances`` are known); ``restarts``: live seqs that fell back to or below the highest one seen,
     or jumped more than ``max_jump`` past it (the instance's state is then cleared, and the
     jump is also counted in the instance's ``seq_jumps``).
 
@@ -73,6 +74,7 @@ class KVEventStream:
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         max_pending: int = DEFAULT_MAX_PENDING,
         max_jump: int = DEFAULT_BUFFER_STEPS,
+        max_instances: int = DEFAULT_MAX_INSTANCES,
     ) -> None:
         self.topic = topic.encode("utf-8") if isinstance(topic, str) else bytes(topic)
         self.replay_enabled = replay
@@ -80,6 +82,7 @@ class KVEventStream:
         self.max_payload = max_payload
         self.max_pending = max_pending
         self.max_jump = max(1, max_jump)
+        self.max_instances = max_instances
         self.instances: dict[InstanceKey, CacheInstance] = {}
         self._topics: dict[bytes, str] = {}
         self.malformed = 0
@@ -205,6 +208,8 @@ class KVEventStream:
         if got is None:
             return []
         seq, key, batch = got
+        if key not in self.instances and len(self.instances) >= self.max_instances:
+            return self._bad("instances", f"more than {self.max_instances} (topic, rank) instances")
         self.live_accepted += 1
         return self._on_live(key, seq, batch, time.monotonic() if now is None else now)
 

@@ -93,6 +93,10 @@ def run_sweep(
         raise BadInput("no cache size given")
     for s in sizes:
         check_num_blocks(s, max_num_blocks)
+    if sum(sizes) > 4 * max_num_blocks:  # each size builds its own pool, one after the other
+        raise BadInput(
+            f"cache sizes: {sum(sizes):,} blocks in all is more than the {4 * max_num_blocks:,} a sweep builds"
+        )
     if not isinstance(block_size, int) or block_size < 1:
         raise BadInput(f"block size must be a positive integer, got {block_size!r}")
     if max_blocks_hashed is not None:

@@ -370,3 +370,11 @@ def test_counters_stay_bounded_under_random_garbage_seqs():
     assert counts["malformed"] + counts["batches"] == n
     # every jump past the buffer restarts; gaps are at most the buffer per batch
     assert counts["gaps"] <= n * s.max_jump and counts["lost"] <= n * s.max_jump
+
+
+def test_new_instances_past_the_cap_are_malformed_frames():
+    s = KVEventStream(max_instances=3)
+    for rank in range(5):
+        s.feed_live(live(0, [stored(rank)], rank=rank), now=0)
+    assert len(s.instances) == 3 and s.malformed == 2 and s.malformed_reasons["instances"] == 2
+    assert seqs(s.feed_live(live(1, [], rank=2), now=0)) == [1]  # a known instance goes on

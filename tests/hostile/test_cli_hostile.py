@@ -290,6 +290,16 @@ CASES: list[Case] = [
         lambda f: ["replay", f["outputs.jsonl"], "--outputs"],
         r"5,000,000 output tokens to decode is more than the 4,194,304 allowed",
     ),
+    (
+        "replay-sizes-over-the-sweep",
+        lambda f: [
+            "replay",
+            "data/mooncake_synthetic_trace.jsonl",
+            "--num-blocks-list",
+            "4000000,4000001,4000002,4000003,4000004",
+        ],
+        r"20,000,010 blocks in all is more than the 16,777,216 a sweep builds",
+    ),
     # publish
     (
         "publish-deep-scenario",
