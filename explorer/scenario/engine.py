@@ -17,9 +17,11 @@ from explorer.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
 from explorer.core.metrics import CachingMetrics, PrefixCacheStats
 from explorer.core.request import LoRARequest, MultiModalFeature, Request, RequestStatus
 from explorer.core.sched.request_steps import RequestSteps
+from explorer.scenario.budget import check_replay_budget
 from explorer.scenario.engine_steps import EngineStepReplay, replay_engine_steps
-from explorer.scenario.recorder import GROUP_0, StepError, StepRecorder, block_hasher, hashed_since, take_snapshot
-from explorer.scenario.spec import Op, Scenario
+from explorer.scenario.recorder import GROUP_0, StepError, StepRecorder, block_hasher, hashed_since
+from explorer.scenario.snapshot import Snapshots
+from explorer.scenario.spec import CLI_LIMITS, Limits, Op, Scenario
 from explorer.scenario.trace import HashedBlock, Snapshot, Step, Trace, with_expectations
 
 
@@ -45,6 +47,7 @@ class ScenarioEngine:
             observer=self.recorder,
         )
         self.sched = RequestSteps(self.manager)
+        self._snapshots = Snapshots(self.manager, GROUP_0)
         self.requests: dict[str, Request] = {}  # live (not finished), in arrival order
         self.totals = PrefixCacheStats()
         self.window = CachingMetrics()
@@ -220,7 +223,8 @@ class ScenarioEngine:
         )
 
     def snapshot(self) -> Snapshot:
-        return take_snapshot(self.manager, self.requests.values(), self.totals.as_dict(), self.window)
+        """The pool and the live requests now (sharing what did not change since the last one)."""
+        return self._snapshots.take(self.requests.values(), self.totals.as_dict(), self.window)
 
 
 def engine_for(
@@ -233,14 +237,22 @@ def engine_for(
     return ScenarioEngine(scenario, hash_seed, record)
 
 
-def replay(scenario: Scenario, hash_seed: str | None = None, upto: int | None = None, record: bool = True) -> Trace:
+def replay(
+    scenario: Scenario,
+    hash_seed: str | None = None,
+    upto: int | None = None,
+    record: bool = True,
+    limits: Limits = CLI_LIMITS,
+) -> Trace:
     """Replay ``scenario`` (its first ``upto`` steps, or all) into a Trace.
 
     ``hash_seed`` replaces the scenario's seed; pass ``trace.hash_seed`` of an earlier replay
     to reproduce a drawn xxhash seed. ``record=False`` is a lean replay (tools, benchmarks):
     steps carry their outcome and events but no snapshot or panel records, and only the final
-    state is kept; ``to_json()`` is the same as a full replay's.
+    state is kept; ``to_json()`` is the same as a full replay's. A replay whose snapshots would
+    hold more than ``limits.max_snapshot_cells`` block entries is refused before it starts.
     """
+    check_replay_budget(scenario, limits, record, upto)
     if scenario.sched is not None:
         return replay_engine_steps(scenario, hash_seed, upto, record)
     engine = ScenarioEngine(scenario, hash_seed, record=record)

@@ -22,7 +22,8 @@ from explorer.core.request import LoRARequest, Request
 from explorer.core.sched.config import SchedulerConfig
 from explorer.core.sched.engine_core import EngineStep, make_engine_core
 from explorer.core.sched.output import KVEventCollector
-from explorer.scenario.recorder import StepError, StepRecorder, block_hasher, hashed_since, take_snapshot
+from explorer.scenario.recorder import GROUP_0, StepError, StepRecorder, block_hasher, hashed_since
+from explorer.scenario.snapshot import Snapshots
 from explorer.scenario.spec import Op, Scenario
 from explorer.scenario.trace import EngineStepRecord, Scheduled, Snapshot, Step, Trace, with_expectations
 
@@ -71,6 +72,7 @@ class EngineStepReplay:
         )
         self.publisher = KVEventCollector()
         self.engine_core = make_engine_core(self.manager, config, self.publisher)
+        self._snapshots = Snapshots(self.manager, GROUP_0)
         self.scheduler = self.engine_core.scheduler
         self.arrived: set[str] = set()
         self.totals = PrefixCacheStats()  # summed over the SchedulerStats of every update
@@ -167,7 +169,7 @@ class EngineStepReplay:
         return totals.as_dict()
 
     def snapshot(self) -> Snapshot:
-        return take_snapshot(self.manager, self.scheduler.requests.values(), self.stats_so_far(), self.window)
+        return self._snapshots.take(self.scheduler.requests.values(), self.stats_so_far(), self.window)
 
     def trace(self, initial: Snapshot, steps: list[Step]) -> Trace:
         ctx = self.ctx

@@ -8,18 +8,16 @@ Both replays use them: manager-level scenarios (engine.py) and engine-step scena
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from explorer.core.hashing import BlockHash, HashContext, init_none_hash
-from explorer.core.kv_cache_manager import KVCacheManager
 from explorer.core.kv_cache_observer import AdmissionCheck, FreedTo, KVCacheObserver
 from explorer.core.kv_cache_utils import generate_block_hash_extra_keys, get_request_block_hasher
-from explorer.core.metrics import CachingMetrics
 from explorer.core.request import Request
 from explorer.errors import BadInput
 from explorer.scenario.spec import EngineConfig
-from explorer.scenario.trace import CacheCall, CachedBlock, Freed, HashedBlock, Lookup, RequestView, Snapshot
+from explorer.scenario.trace import CacheCall, CachedBlock, Freed, HashedBlock, Lookup
 
 
 class StepError(BadInput):
@@ -114,39 +112,4 @@ def hashed_since(req: Request, n_before: int, block_size: int) -> tuple[HashedBl
             i, i * bs, (i + 1) * bs, req.block_hashes[i], generate_block_hash_extra_keys(req, i * bs, (i + 1) * bs)
         )
         for i in range(n_before, len(req.block_hashes))
-    )
-
-
-def take_snapshot(
-    manager: KVCacheManager, requests: Iterable[Request], stats: dict[str, int], window: CachingMetrics
-) -> Snapshot:
-    """The pool and the given live requests, frozen."""
-    pool = manager.block_pool
-    blocks = tuple((b.ref_cnt, None if b.block_hash is None else bytes(b.block_hash[:-4])) for b in pool.blocks)
-    return Snapshot(
-        blocks=blocks,
-        free_queue=tuple(b.block_id for b in pool.free_block_queue.get_all_free_blocks()),
-        cached=tuple(
-            (bytes(k[:-4]), tuple(b.block_id for b in bl)) for k, bl in pool.cached_block_hash_to_block.items()
-        ),
-        requests=tuple(
-            RequestView(
-                r.request_id,
-                r.status.value,
-                r.num_tokens,
-                r.num_prompt_tokens,
-                r.num_computed_tokens,
-                tuple(manager.get_blocks(r.request_id).get_block_ids_of_group(GROUP_0)),
-                tuple(r.block_hashes),
-                r.lora_request.name if r.lora_request else None,
-                r.cache_salt,
-                r.prompt_logprobs,
-                r.num_preemptions,
-                r.num_output_tokens,
-            )
-            for r in requests
-        ),
-        stats=stats,
-        window_hit_rate=window.hit_rate,
-        window_requests=window.aggregated_requests,
     )

@@ -46,15 +46,38 @@ EXPECT_KEYS: dict[str, frozenset[str]] = {
     for op in OPS
 }
 
+# The largest max_model_len a scenario may set: 16,777,216 tokens (16 times the default, beyond
+# any model vLLM 0.31.0 serves). max_model_len bounds a request's length, never the caps below.
+MAX_MODEL_LEN = 1 << 24
+MAX_BLOCK_SIZE = 1 << 16
+
+# The type of each `expect` value: what the op reports for that key.
+EXPECT_TYPES: dict[str, str] = {
+    "ok": "true or false",
+    "hit_tokens": "an integer",
+    "new_block_ids": "an array of integers",
+    "num_free_blocks": "an integer",
+    "free_queue": "an array of integers",
+    "event_types": "an array of strings",
+    **{k: "an integer" for k in _STATS_KEYS},
+}
+
 
 @dataclass(frozen=True)
 class Limits:
-    """Caps for untrusted scenarios (the web app); the CLI uses the generous defaults."""
+    """Caps for scenarios, each checked before the work it bounds (docs/design.md section 12,
+    "Limits"). The CLI uses these defaults; the web app passes tighter ones."""
 
-    max_prompt_tokens: int = 1 << 22
-    max_total_tokens: int = 1 << 24
+    max_prompt_tokens: int = 1 << 21  # tokens one op carries: a prompt, a sample's or generate's tokens
+    max_total_tokens: int = 1 << 21  # tokens of every op together
     max_steps: int = 100_000
-    max_blocks: int = 1 << 22
+    max_blocks: int = 1 << 19  # engine.num_blocks
+    max_full_blocks: int = 1 << 17  # full blocks the requests' tokens fill, in all (what is hashed)
+    max_arrivals: int = 50_000  # `arrive` steps
+    max_reset_blocks: int = 1 << 26  # resets x num_blocks: every reset walks the whole pool
+    max_snapshot_cells: int = 1 << 24  # block entries a replay's snapshots hold (budget.py)
+    max_recorded_decodes: int = 1 << 19  # `generate` tokens a recorded replay keeps the reports of
+    max_file_bytes: int = 16 << 20  # a scenario file
 
 
 CLI_LIMITS = Limits()
@@ -122,8 +145,8 @@ class Op:
 
     @property
     def label(self) -> str:
-        """How messages name this step: 1-based number, op and id."""
-        who = f" {self.id}" if self.id is not None else ""
+        """How messages name this step: 1-based number, op and id (a long id cut short)."""
+        who = "" if self.id is None else f" {self.id}" if len(self.id) <= 40 else f" {self.id[:40]}..."
         return f"step {self.index + 1} ({self.op}{who})"
 
     def normalized(self) -> dict[str, Any]:
