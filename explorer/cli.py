@@ -55,6 +55,13 @@ def _nonneg_float(text: str) -> float:
     return v
 
 
+def _positive_float(text: str) -> float:
+    v = _nonneg_float(text)
+    if v == 0:
+        raise argparse.ArgumentTypeError("expected a positive number, got 0")
+    return v
+
+
 def _print_json(obj: object) -> None:
     sys.stdout.write(json.dumps(obj) + "\n")
 
@@ -145,15 +152,15 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--policy",
         default="vllm",
-        choices=["vllm", "lru", "unbounded", "all"],
-        help="vllm's free-queue order (default), or simulators (not vLLM): lru, unbounded",
+        choices=["vllm", "lru", "unbounded", "scheduler", "all"],
+        help="vllm's free-queue order, one request at a time (default); scheduler: concurrent, through "
+        "vLLM's scheduler; simulators (not vLLM): lru, unbounded",
     )
+    t.add_argument("--step-ms", type=_positive_float, help="scheduler: ms of trace time per engine step (20)")
     t.add_argument(
-        "--concurrent",
-        action="store_true",
-        help="arrivals at their timestamps, FIFO admission, blocks held while decoding",
+        "--max-num-batched-tokens", type=_int_at_least(1, "a positive integer"), help="scheduler: token budget (2048)"
     )
-    t.add_argument("--decode-ms", type=_nonneg_float, default=20.0, help="with --concurrent: ms per output token")
+    t.add_argument("--scheduler", choices=["async", "sync"], help="scheduler: AsyncScheduler (default) or Scheduler")
     t.set_defaults(func=_lazy("explorer.traffic.cli", "cmd_replay"), parser=t)
 
     f = sub.add_parser("prefill", help="measure the prefill time a cache hit saves")
