@@ -131,7 +131,8 @@ def replay_scheduler(
     hits = [0] * len(requests)
     pending: deque[int] = deque()  # arrived, not yet handed to the engine
     fresh = 0  # handed to the engine, never admitted yet
-    queueing: list[float] = []
+    queued = 0  # requests admitted so far, their queueing delays' sum and largest
+    queue_sum = queue_max = 0.0
     totals = PrefixCacheStats()
     steps = preemptions = peak_running = done = 0
     last_finish = 0.0
@@ -158,7 +159,8 @@ def replay_scheduler(
         if so is not None:
             preemptions += len(so.preempted_reqs)
             for rid in so.scheduled_new_reqs:
-                queueing.append(now - requests[int(rid)].timestamp)
+                delay = now - requests[int(rid)].timestamp
+                queued, queue_sum, queue_max = queued + 1, queue_sum + delay, max(queue_max, delay)
             fresh -= len(so.scheduled_new_reqs)
             peak_running = max(peak_running, len(so.num_scheduled_tokens))
         if outs is not None:
@@ -178,8 +180,8 @@ def replay_scheduler(
         "steps": steps,
         "preemptions": preemptions,
         "peak_running": peak_running,
-        "mean_queueing_ms": round(sum(queueing) / len(queueing), 3) if queueing else 0.0,
-        "max_queueing_ms": round(max(queueing), 3) if queueing else 0.0,
+        "mean_queueing_ms": round(queue_sum / queued, 3) if queued else 0.0,
+        "max_queueing_ms": round(queue_max, 3),
         "last_finish_ms": round(last_finish, 3),
         "preempted_hits": totals.preempted_hits,
     }
