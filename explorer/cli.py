@@ -97,6 +97,16 @@ def _shown(text: str) -> str:
     return shown if len(shown) <= 60 else shown[:57] + "..."
 
 
+_step_ms = _number(60_000.0, "ms")
+
+
+def _positive_step_ms(text: str) -> float:
+    v = _step_ms(text)
+    if v == 0:
+        raise argparse.ArgumentTypeError("expected a positive number, got 0")
+    return v
+
+
 def _print_json(obj: object) -> None:
     sys.stdout.write(json.dumps(obj) + "\n")
 
@@ -191,17 +201,15 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--policy",
         default="vllm",
-        choices=["vllm", "lru", "unbounded", "all"],
-        help="vllm's free-queue order (default), or simulators (not vLLM): lru, unbounded",
+        choices=["vllm", "lru", "unbounded", "scheduler", "all"],
+        help="vllm's free-queue order, one request at a time (default); scheduler: concurrent, through "
+        "vLLM's scheduler; simulators (not vLLM): lru, unbounded",
     )
+    t.add_argument("--step-ms", type=_positive_step_ms, help="scheduler: ms of trace time per engine step (20)")
     t.add_argument(
-        "--concurrent",
-        action="store_true",
-        help="arrivals at their timestamps, FIFO admission, blocks held while decoding",
+        "--max-num-batched-tokens", type=_int_at_least(1, "a positive integer"), help="scheduler: token budget (2048)"
     )
-    t.add_argument(
-        "--decode-ms", type=_number(60_000.0, "ms"), default=20.0, help="with --concurrent: ms per output token"
-    )
+    t.add_argument("--scheduler", choices=["async", "sync"], help="scheduler: AsyncScheduler (default) or Scheduler")
     t.set_defaults(func=_lazy("explorer.traffic.cli", "cmd_replay"), parser=t)
 
     f = sub.add_parser("prefill", help="measure the prefill time a cache hit saves")

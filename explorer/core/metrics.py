@@ -1,4 +1,5 @@
-"""Prefix cache statistics (vllm/v1/metrics/stats.py: CachingMetrics at 35-113, PrefixCacheStats at 116-143)."""
+"""Prefix cache statistics (vllm/v1/metrics/stats.py: CachingMetrics at 35-113, PrefixCacheStats at
+116-143, PrefillStats at 263-301)."""
 
 from __future__ import annotations
 
@@ -98,3 +99,26 @@ class CachingMetrics:
         if self.aggregated_query_total == 0:
             return 0.0
         return self.aggregated_query_hit / self.aggregated_query_total
+
+
+@dataclass
+class PrefillStats:
+    """One request's first scheduled prefill (stats.py:263-295): set at each lookup of its
+    first admission, reported once with its first output (``EngineCoreOutput.prefill_stats``),
+    whence vLLM's per-request ``num_cached_tokens``. vLLM's ``finalize`` (the cache creation
+    tokens) is left out."""
+
+    num_prompt_tokens: int = 0
+    num_computed_tokens: int = 0
+    num_cached_tokens: int = 0
+    num_local_cached_tokens: int = 0
+    num_external_cached_tokens: int = 0
+
+    def set(self, num_prompt_tokens: int, num_local_cached_tokens: int, num_external_cached_tokens: int) -> None:
+        num_cached_tokens = num_local_cached_tokens + num_external_cached_tokens
+        assert num_cached_tokens <= num_prompt_tokens
+        self.num_prompt_tokens = num_prompt_tokens
+        self.num_computed_tokens = num_prompt_tokens - num_cached_tokens
+        self.num_cached_tokens = num_cached_tokens
+        self.num_local_cached_tokens = num_local_cached_tokens
+        self.num_external_cached_tokens = num_external_cached_tokens

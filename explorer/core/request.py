@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from explorer.core.errors import RequestError
 from explorer.core.hashing import BlockHash
+from explorer.core.metrics import PrefillStats
 
 
 class RequestStatus(enum.Enum):
@@ -143,8 +144,10 @@ class Request:
         # in-flight tokens scheduled before a preemption, and whether their output is dropped;
         self.num_stale_output_tokens = 0
         self.drop_stale_output = False
-        # whether the last scheduled step left prompt tokens to compute.
+        # whether the last scheduled step left prompt tokens to compute;
         self.is_prefill_chunk = False
+        # the first prefill's stats, until its first output reports them (request.py:218, 350-355).
+        self.prefill_stats: PrefillStats | None = PrefillStats()
         self.block_hashes: list[BlockHash] = []
         self._block_hasher = block_hasher
         self.update_block_hashes()
@@ -168,6 +171,10 @@ class Request:
         """Hash any newly full blocks (none when prefix caching is off: no hasher)."""
         if self._block_hasher is not None:
             self.block_hashes.extend(self._block_hasher(self))
+
+    def take_prefill_stats(self) -> PrefillStats | None:
+        prefill_stats, self.prefill_stats = self.prefill_stats, None
+        return prefill_stats
 
     def is_finished(self) -> bool:
         return RequestStatus.is_finished(self.status)

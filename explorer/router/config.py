@@ -29,6 +29,8 @@ class FleetSpec:
     hash_algo: str = "sha256"
     hash_seed: str = ""  # "" = vLLM's default (PYTHONHASHSEED unset): xxhash then draws per instance
     int_block_hashes: bool = True  # VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES
+    scheduler: str = "async"  # each instance's: "async" (AsyncScheduler, vLLM's default) | "sync"
+    max_num_batched_tokens: int = 2048  # each instance's token budget per engine step
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ class WorkloadSpec:
     turns: tuple[int, int] = (3, 10)
     session_gap_ms: float = 150.0  # mean gap between new chat sessions
     think_ms: float = 1500.0  # mean gap between a reply and the next turn
-    decode_ms: float = 20.0  # per output token: how long a request stays in flight
+    decode_ms: float = 20.0  # one engine step (a decode token) per decode_ms on every instance
     prompts: tuple[SystemPrompt, ...] = ()  # explicit system prompts (text or token spec)
     trace: str = "shipped"  # kind = "trace": the shipped Mooncake trace or an uploaded one
     trace_outputs: bool = False  # trace: generate output_length tokens of 0

@@ -153,6 +153,8 @@ def parse_fleet_dict(data: Mapping[str, Any], source: str = "<fleet>", limits: L
         hash_algo=t.string("hash_algo", "sha256", HASH_ALGOS),
         hash_seed=t.string("hash_seed", "", max_len=128),
         int_block_hashes=t.boolean("int_block_hashes", True),
+        scheduler=t.string("scheduler", "async", ("async", "sync")),
+        max_num_batched_tokens=t.integer("max_num_batched_tokens", 2048, 64, 1 << 20),
     )
     t.done()
     if fleet.instances * fleet.num_blocks > limits.max_total_blocks:

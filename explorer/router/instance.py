@@ -1,20 +1,30 @@
-"""One simulated instance: its own engine (`ScenarioEngine`: a `KVCacheManager` with events on),
-its publisher side, and the router's bookkeeping of it.
+"""One simulated instance: a vLLM-like engine (the mirrored scheduler loop, `EngineCore` over a
+`KVCacheManager` with events on: explorer/core/sched/), its publisher side, and the router's
+bookkeeping of it.
 
-After every engine step the instance's queued events become one batch (``encode_batch``:
-vLLM's msgpack payload) with the instance's own sequence number, and the frames go through
-the same subscriber state machine as the live page (`explorer.events.stream.KVEventStream`, no
-sockets).
+`step` is one call of the engine loop (``step()``, or ``step_with_batch_queue()`` under the
+async scheduler): the token budget, chunked prefill, FCFS admission, preemption and each
+request's stop at its ``max_tokens`` are vLLM's. The KV event batch the scheduler publishes in
+that step's update (at most one) goes out with the instance's own sequence number
+(``encode_batch``: vLLM's msgpack payload), and the frames go through the same subscriber
+state machine as the live page (`explorer.events.stream.KVEventStream`, no sockets). A
+request's hit is what vLLM reports for it: the prefill stats its first output carries.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from explorer.core.events import BlockStored, KVEventBatch, encode_batch
-from explorer.core.hashing import BlockHash, external_block_hash, get_block_hash
+from explorer.core.hashing import BlockHash, external_block_hash, get_block_hash, init_none_hash
+from explorer.core.kv_cache_manager import KVCacheManager
+from explorer.core.kv_cache_utils import get_request_block_hasher
+from explorer.core.metrics import PrefixCacheStats
+from explorer.core.request import Request
+from explorer.core.sched.config import SchedulerConfig
+from explorer.core.sched.engine_core import make_engine_core
 from explorer.events.stream import KVEventStream
 from explorer.events.wire import live_frames
 from explorer.prefill.configs import LLAMA3_8B_SHAPE
@@ -23,11 +33,9 @@ from explorer.router.config import FleetConfig, FleetSpec, PrefillSpec
 from explorer.router.hashing import HashMemo, MemoHasher
 from explorer.router.results import InstanceResult
 from explorer.router.stream import StreamRequest
-from explorer.scenario.engine import ScenarioEngine
-from explorer.scenario.spec import EngineConfig, Op, Scenario
-from explorer.scenario.trace import Step
 
 MAX_MODEL_LEN = 1 << 20
+MAX_NUM_SEQS = 64  # vLLM's max_num_seqs here (design section 7)
 
 
 def footprint(req: StreamRequest) -> int:
@@ -36,7 +44,8 @@ def footprint(req: StreamRequest) -> int:
 
 
 def is_skipped(req: StreamRequest, fl: FleetSpec) -> bool:
-    """A request that could not fit even in an empty instance is skipped before routing."""
+    """A request that could not fit even in an empty instance is skipped before routing (alone,
+    it would preempt itself forever)."""
     return -(-footprint(req) // fl.block_size) > fl.num_blocks - 1
 
 
@@ -59,6 +68,26 @@ class PrefillEstimator:
         return got
 
 
+class Outbox:
+    """The scheduler's KV event publisher: keeps the step's batch until the instance sends it."""
+
+    def __init__(self) -> None:
+        self.batches: list[KVEventBatch] = []
+
+    def publish(self, batch: KVEventBatch) -> None:
+        self.batches.append(batch)
+
+
+@dataclass
+class StepReport:
+    """What one engine step told the router: stream indices with the hit the engine reported,
+    those that finished, and those that arrived before it but were not admitted by it."""
+
+    hits: list[tuple[int, int]] = field(default_factory=list)
+    finished: list[int] = field(default_factory=list)
+    waited: list[int] = field(default_factory=list)
+
+
 class Instance:
     """One simulated instance: an engine, its publisher side, and the router's bookkeeping."""
 
@@ -78,29 +107,32 @@ class Instance:
         self.name = f"instance-{i}"
         self.topic = self.name.encode()
         self.block_size = fl.block_size
-        engine_cfg = EngineConfig(
-            block_size=fl.block_size,
-            num_blocks=fl.num_blocks,
-            max_model_len=MAX_MODEL_LEN,
-            hash_algo=algo,
-            hash_seed=seed or "",
-            enable_prefix_caching=True,
-            events=True,
-            int_block_hashes=fl.int_block_hashes,
+        ctx = init_none_hash(algo, seed)
+        self.seed = ctx.hash_seed
+        self.hasher: Callable[[Request], list[BlockHash]] = get_request_block_hasher(fl.block_size, ctx)
+        if memo is not None:
+            table = memo.table(ctx, fl.block_size, cfg.failures.tenant_salt)
+            self.hasher = MemoHasher(self.hasher, table, memo)
+        self.manager = KVCacheManager(
+            fl.num_blocks,
+            fl.block_size,
+            MAX_MODEL_LEN,
+            enable_caching=True,
+            enable_kv_cache_events=True,
+            log_stats=True,
+            use_int_block_hashes=fl.int_block_hashes,
         )
-        self.engine = ScenarioEngine(
-            Scenario(self.name, engine_cfg, (), source=self.name), hash_seed=seed, record=False
-        )
-        self.seed = self.engine.ctx.hash_seed if self.engine.ctx else None
-        if memo is not None and self.engine.ctx is not None and self.engine.hasher is not None:
-            table = memo.table(self.engine.ctx, fl.block_size, cfg.failures.tenant_salt)
-            self.engine.hasher = MemoHasher(self.engine.hasher, table, memo)
+        self.outbox = Outbox()
+        sched = SchedulerConfig(fl.max_num_batched_tokens, MAX_NUM_SEQS, 0, fl.scheduler == "async")
+        self.core = make_engine_core(self.manager, sched, self.outbox)
+        self.totals = PrefixCacheStats()  # summed over the SchedulerStats of every update
         self.stream = stream  # the subscriber every instance publishes to
         self.drop = drop
         self.published = published
         self.seq = 0
-        self.pending_events: list[Any] = []
-        self.waiting: deque[int] = deque()
+        self.live: dict[str, tuple[int, Request, int]] = {}  # id -> (stream index, request, tenant)
+        self.arrived: list[str] = []  # added since the last step
+        self.busy = False  # the engine may have work (it had some at its last step)
         self.in_flight = 0
         self.routed = 0
         self.max_queue = 0
@@ -108,47 +140,49 @@ class Instance:
         self.computed_ms = 0.0
         self.first_tenant: dict[bytes, int] = {}
         self.cross_tenant_hit_tokens = 0
-        self.ops = 0
 
-    def apply(self, op: str, rid: str, **kw: Any) -> Step:
-        self.ops += 1
-        step = self.engine.apply(Op(self.ops, op, id=rid, **kw))
-        if step.events:
-            self.pending_events.extend(step.events)
-        return step
+    def add(self, req: StreamRequest, cache_salt: str | None) -> None:
+        """The routed request arrives (``EngineCore.add_request``): it generates its output,
+        or one token when it has none (vLLM's smallest ``max_tokens``)."""
+        rid = f"r{req.index}"
+        output = req.output or (0,)
+        r = Request(rid, req.tokens, self.hasher, cache_salt=cache_salt, max_tokens=len(output))
+        self.core.add_request(r, output)
+        self.live[rid] = (req.index, r, req.tenant)
+        self.arrived.append(rid)
+        self.busy = True
+        self.in_flight += 1
+        self.max_queue = max(self.max_queue, self.core.scheduler.get_request_counts()[1])
 
-    def fits(self, rid: str, num_tokens: int) -> bool:
-        """Whether the waiting request ``rid`` can be admitted now with room for ``num_tokens``
-        slots (its whole footprint), as a scheduler checks before it admits."""
-        eng = self.engine
-        # A hit never needs more blocks than computing everything would, so a lookup is
-        # only needed to decide when the room is tight.
-        if -(-num_tokens // self.block_size) <= eng.pool.get_num_free_blocks():
-            return True
-        return eng.sched.fits(eng.requests[rid], num_tokens)
-
-    def admit(self, rid: str, req: StreamRequest, est: PrefillEstimator) -> int:
-        """Admit a request that `fits` (lookup + allocate_slots for the whole prompt), then
-        compute its output in one engine step; the local hit in tokens."""
-        r = self.engine.requests[rid]
-        step = self.apply("admit", rid)
-        assert step.ok, "admission was checked to fit"
-        hit = step.hit_tokens or 0
-        full, done = est(len(req.tokens), hit)
-        self.full_ms += full
-        self.computed_ms += done
-        out = req.output
-        if len(out) > 1:
-            # `sample` all but the last output token at once (append_output_token_ids takes
-            # a list; the hasher then hashes the newly full blocks), compute them in one
-            # step, then sample the last one, which stays pending as in vLLM.
-            r.append_output_token_ids(list(out[:-1]))
-            step = self.apply("decode", rid)
-            assert step.ok, "the footprint was checked to fit"
-        if out:
-            r.append_output_token_ids(out[-1])
-        self._count_cross_tenant(r.block_hashes, req.tenant, hit)
-        return hit
+    def step(self, now_ms: float, est: PrefillEstimator, prompt_len: Sequence[int]) -> StepReport:
+        """One call of the engine loop at ``now_ms``, then its event batch goes out."""
+        report = StepReport()
+        result = self.core.step_fn()
+        so, outs = result.scheduler_output, result.engine_core_outputs
+        if so is None and outs is None:
+            self.busy = False
+            return report
+        admitted = set(so.scheduled_new_reqs) if so is not None else set()
+        report.waited = [self.live[rid][0] for rid in self.arrived if rid not in admitted and rid in self.live]
+        self.arrived = []
+        if outs is not None:
+            if outs.scheduler_stats is not None:
+                self.totals.add(outs.scheduler_stats.prefix_cache_stats)
+            for out in outs.outputs:
+                k, r, tenant = self.live[out.request_id]
+                if out.prefill_stats is not None:
+                    hit = out.prefill_stats.num_cached_tokens
+                    report.hits.append((k, hit))
+                    full, done = est(prompt_len[k], hit)
+                    self.full_ms += full
+                    self.computed_ms += done
+                    self._count_cross_tenant(r.block_hashes, tenant, hit)
+                if out.finished:
+                    del self.live[out.request_id]
+                    self.in_flight -= 1
+                    report.finished.append(k)
+        self.publish(now_ms)
+        return report
 
     def _count_cross_tenant(self, hashes: Sequence[BlockHash], tenant: int, hit: int) -> None:
         """Who cached what first, to tell cross-tenant hits apart."""
@@ -161,19 +195,18 @@ class Instance:
             ft.setdefault(h, tenant)
 
     def publish(self, now_ms: float) -> None:
-        """One engine step's events as one batch (none when there are none), as the scheduler
-        publishes them; the frames reach the subscriber unless this batch is dropped."""
-        if not self.pending_events:
-            return
-        for ev in self.pending_events:
-            if isinstance(ev, BlockStored):
-                self.published.update(ev.block_hashes)
-        batch = KVEventBatch(now_ms / 1000.0, self.pending_events, 0)
-        self.pending_events = []
-        seq, self.seq = self.seq, self.seq + 1
-        if self.drop():
-            return
-        self.stream.feed_live(live_frames(self.topic, seq, encode_batch(batch)), now=0.0)
+        """The step's event batch (none when the step's update queued no event), stamped with
+        the simulated time; the frames reach the subscriber unless this batch is dropped."""
+        batches, self.outbox.batches = self.outbox.batches, []
+        for published in batches:
+            for ev in published.events:
+                if isinstance(ev, BlockStored):
+                    self.published.update(ev.block_hashes)
+            batch = KVEventBatch(now_ms / 1000.0, published.events, 0)
+            seq, self.seq = self.seq, self.seq + 1
+            if self.drop():
+                continue
+            self.stream.feed_live(live_frames(self.topic, seq, encode_batch(batch)), now=0.0)
 
     def view(self) -> dict[Any, int] | None:
         """The router's view of this instance: the subscriber's hash multiset (None: nothing
@@ -184,10 +217,18 @@ class Instance:
     def engine_keys(self, form: str) -> set[int | bytes]:
         """The hashes the engine holds cached, in the events' ``form``."""
         out: set[int | bytes] = set()
-        for key, _blocks in self.engine.pool.cached_block_hash_to_block.items():
+        for key, _blocks in self.manager.block_pool.cached_block_hash_to_block.items():
             h = get_block_hash(key)
             out.add(external_block_hash(h) if form == "int64" else bytes(h))
         return out
+
+    def stats(self) -> PrefixCacheStats:
+        """The engine's own prefix-cache stats: every update's, and any recorded since."""
+        totals = PrefixCacheStats()
+        totals.add(self.totals)
+        if self.manager.prefix_cache_stats is not None:
+            totals.add(self.manager.prefix_cache_stats)
+        return totals
 
     def result(self, event_form: str) -> InstanceResult:
         """This instance's numbers at the end of a run: the engine's own stats, and the router's
@@ -199,7 +240,7 @@ class Instance:
         return InstanceResult(
             name=self.name,
             routed=self.routed,
-            stats=self.engine.totals.as_dict(),
+            stats=self.stats().as_dict(),
             prefill_full_ms=self.full_ms,
             prefill_ms=self.computed_ms,
             max_queue=self.max_queue,

@@ -19,7 +19,7 @@ class InstanceResult:
     stats: dict[str, int]  # the engine's own PrefixCacheStats totals
     prefill_full_ms: float  # estimate: every admitted prompt computed in full
     prefill_ms: float  # estimate: what was computed (the hits skipped)
-    max_queue: int  # longest FIFO queue seen
+    max_queue: int  # longest waiting queue seen (the scheduler's, FCFS)
     subscriber: dict[str, int]  # the subscriber's counters for this instance
     view_hashes: int  # distinct hashes in the router's view at the end
     engine_hashes: int  # distinct hashes the engine holds at the end
@@ -53,7 +53,7 @@ class PolicyRun:
     predicted_tokens: list[int]  # per request: the router's match on the chosen instance
     best_match_tokens: list[int]  # per request: the router's best match on any instance
     prompt_tokens: list[int]
-    waited: list[bool]  # queued behind others before admission
+    waited: list[bool]  # not admitted by the first engine step after it was routed
     cross_tenant_hit_tokens: int
     subscriber: dict[str, int]
     published_batches: int  # batches the instances published

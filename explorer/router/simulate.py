@@ -1,20 +1,22 @@
 """The simulation loop: every policy over the same request stream, each with fresh engines.
 
-The time model is deliberately simple and the same for every policy: requests arrive at their
-times; a routed request joins its instance's FIFO queue and is admitted (lookup + allocate_slots
-for the whole prompt) as soon as its whole footprint fits; its output is then computed in one
-engine step (``sample`` all but the last output token, ``decode``, ``sample`` the last; the
-pool ends exactly as after token-by-token decoding, with fewer, larger events) and it finishes
-``len(output) x decode_ms`` later, when its blocks are freed. A request that could not fit even
-in an empty instance is skipped before routing.
+The time model is vLLM's engine loop, the same for every policy: every instance runs one
+engine step (`Instance.step`: the mirrored Scheduler / AsyncScheduler) every ``decode_ms`` of
+simulated time, so a decode token takes one step and a long prompt as many steps as the token
+budget chunks it into. Before each step the requests that have arrived by then are routed, in
+arrival order, against the views the instances' published events built so far, and join their
+instance's waiting queue; each step's events are published after it, so the next routing sees
+them. The engine decides when a request is admitted (FCFS, the whole sequence must fit), when
+it is preempted and when it finishes (its ``max_tokens``); a request's hit is the one its
+engine reports. A request that could not fit even in an empty instance is skipped before
+routing. When no instance has work the clock jumps to the next arrival; with ``decode_ms = 0``
+steps take no time, so the engines finish their work before the next arrival.
 
 Nothing here imports Streamlit or plotly; nothing is module-global and mutable.
 """
 
 from __future__ import annotations
 
-import heapq
-import math
 import random
 import time
 from collections.abc import Sequence
@@ -25,10 +27,11 @@ from explorer.errors import BadInput
 from explorer.events.stream import KVEventStream
 from explorer.router.config import BASELINE, POLICIES, FleetConfig
 from explorer.router.hashing import HashMemo, HashSetup, hash_setup, tenant_salt
-from explorer.router.instance import Instance, PrefillEstimator, footprint, is_skipped
+from explorer.router.instance import Instance, PrefillEstimator, is_skipped
 from explorer.router.policy import PrefixRouter, choose_instance
 from explorer.router.results import FleetResult, PolicyRun
-from explorer.router.stream import RequestStream, build_stream, tokenize
+from explorer.router.stream import RequestStream, StreamRequest, build_stream, tokenize
+from explorer.traffic.scheduled import arrival_step
 
 
 def run_policy(
@@ -76,42 +79,20 @@ def run_policy(
         for i in range(fl.instances)
     ]
     est = PrefillEstimator(cfg.prefill)
-    n = len(stream.requests)
+    reqs = stream.requests
+    n = len(reqs)
+    prompt_len = [len(r.tokens) for r in reqs]
     instance_of = [-1] * n
     hit_tokens = [0] * n
     predicted = [0] * n
     best = [0] * n
     waited = [False] * n
-    finishes: list[tuple[float, int, int]] = []  # (time, request, instance)
     routed = 0
     distinct_keys: set[Any] = set()
 
-    def admit_waiting(inst: Instance, now: float) -> None:
-        """Admit from the head of the instance's FIFO queue while the head's footprint fits."""
-        while inst.waiting:
-            k = inst.waiting[0]
-            req = stream.requests[k]
-            if not inst.fits(f"r{k}", footprint(req)):
-                return
-            inst.waiting.popleft()
-            hit_tokens[k] = inst.admit(f"r{k}", req, est)
-            heapq.heappush(finishes, (now + req.duration_ms, k, inst.index))
-
-    def finish_until(t: float) -> None:
-        while finishes and finishes[0][0] <= t:
-            when, k, i = heapq.heappop(finishes)
-            inst = insts[i]
-            inst.apply("finish", f"r{k}")
-            inst.in_flight -= 1
-            admit_waiting(inst, when)
-            inst.publish(when)
-
-    for req in stream.requests:
+    def route(req: StreamRequest) -> None:
+        nonlocal routed
         k = req.index
-        now = req.arrival_ms
-        finish_until(now)
-        if is_skipped(req, fl):
-            continue
         keys, cap = router_keys[k]
         views = [inst.view() for inst in insts]
         loads = [inst.in_flight for inst in insts]
@@ -123,21 +104,36 @@ def run_policy(
         best[k] = max(matches) * setup.router_block_size
         inst = insts[choice]
         inst.routed += 1
-        inst.in_flight += 1
-        salt = tenant_salt(req.tenant) if f.tenant_salt else None
-        inst.apply("arrive", f"r{k}", prompt=req.tokens, cache_salt=salt)
-        waited[k] = bool(inst.waiting)
-        inst.waiting.append(k)
-        inst.max_queue = max(inst.max_queue, len(inst.waiting))
-        admit_waiting(inst, now)
-        if k in inst.waiting:
-            waited[k] = True
-        inst.publish(now)
-    finish_until(math.inf)
+        inst.add(req, tenant_salt(req.tenant) if f.tenant_salt else None)
+
+    step_ms = cfg.workload.decode_ms
+    step, now, a = 0, 0.0, 0
+    while True:
+        while a < n and reqs[a].arrival_ms <= now:
+            if not is_skipped(reqs[a], fl):
+                route(reqs[a])
+            a += 1
+        busy = [inst for inst in insts if inst.busy]
+        if not busy:
+            if a == n:
+                break
+            step = arrival_step(reqs[a].arrival_ms, step_ms) if step_ms > 0 else step
+            now = step * step_ms if step_ms > 0 else reqs[a].arrival_ms
+            continue
+        for inst in busy:
+            report = inst.step(now, est, prompt_len)
+            for k, hit in report.hits:
+                hit_tokens[k] = hit
+            for k in report.waited:
+                waited[k] = True
+        if step_ms > 0:
+            step += 1
+            now = step * step_ms
 
     for inst in insts:
         # the engine's stats are the numbers we show: they must agree with what we recorded
-        assert inst.engine.totals.hits == sum(h for h, i in zip(hit_tokens, instance_of) if i == inst.index)
+        assert inst.stats().hits == sum(h for h, i in zip(hit_tokens, instance_of) if i == inst.index)
+        assert not inst.live, "every routed request finished"
     return PolicyRun(
         policy=policy,
         instances=[inst.result(setup.event_form) for inst in insts],

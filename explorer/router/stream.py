@@ -22,7 +22,7 @@ class StreamRequest:
     arrival_ms: float
     tokens: tuple[int, ...]
     output: tuple[int, ...]  # the tokens the instance will generate
-    duration_ms: float  # how long it stays in flight once admitted
+    duration_ms: float  # len(output) x decode_ms: the chat stream times the next turn with it
     tenant: int
     session: int  # -1 for a trace
     turn: int

@@ -36,6 +36,7 @@ from explorer.scenario.spec import (
     MMSpec,
     Op,
     Scenario,
+    value_has_kind,
 )
 from explorer.scenario.step_spec import SCHED_DEFAULTS, is_engine_step_scenario, kind_error, parse_sched
 from explorer.tokens import parse_token_list, spec_length
@@ -194,30 +195,13 @@ def _expect(ctx: _Ctx, where: str, op: str, raw: Any) -> dict[str, Any]:
                 f"`{op}` does not report {_show(key)} (it can expect: {', '.join(sorted(allowed))})",
             )
         kind = EXPECT_TYPES[key]
-        if not _is_kind(value, kind):
+        if not value_has_kind(value, kind):
             # A TOML datetime, float or table can never equal what the op reports: refused here
             # rather than failing every replay (and it could not be written back out).
             raise ctx.fail(f"{where}.expect.{key}", f"expected {kind}, got {_show(value)}")
         if kind.startswith("an array") and len(value) > 1 << 20:
             raise ctx.fail(f"{where}.expect.{key}", f"{len(value):,} items, more than can be reported")
     return dict(raw)
-
-
-def _is_kind(value: Any, kind: str) -> bool:
-    def integer(x: Any) -> bool:
-        return isinstance(x, int) and not isinstance(x, bool)
-
-    if kind == "true or false":
-        return isinstance(value, bool)
-    if kind == "an integer":
-        return integer(value)
-    if kind == "a table of integers":
-        return isinstance(value, Mapping) and all(isinstance(k, str) and integer(v) for k, v in value.items())
-    if not isinstance(value, list):
-        return False
-    if kind == "an array of strings":
-        return all(isinstance(x, str) for x in value)
-    return all(integer(x) for x in value)
 
 
 def _step(ctx: _Ctx, i: int, raw: Any, loras: _LoraRegistry, budget: SizeBudget, engine_steps: bool = False) -> Op:

@@ -67,6 +67,25 @@ EXPECT_TYPES: dict[str, str] = {
 }
 
 
+def value_has_kind(value: Any, kind: str) -> bool:
+    """Whether an `expect` value is of the kind EXPECT_TYPES names for its key."""
+
+    def integer(x: Any) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool)
+
+    if kind == "true or false":
+        return isinstance(value, bool)
+    if kind == "an integer":
+        return integer(value)
+    if kind == "a table of integers":
+        return isinstance(value, Mapping) and all(isinstance(k, str) and integer(v) for k, v in value.items())
+    if not isinstance(value, list):
+        return False
+    if kind == "an array of strings":
+        return all(isinstance(x, str) for x in value)
+    return all(integer(x) for x in value)
+
+
 @dataclass(frozen=True)
 class Limits:
     """Caps for scenarios, each checked before the work it bounds (docs/design.md section 12,

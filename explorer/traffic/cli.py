@@ -1,9 +1,10 @@
 """`python -m explorer replay TRACE.jsonl`: real request traffic through the faithful engine.
 
-Policies (what ``--policy`` selects): ``vllm`` (the default, `explorer.traffic.sequential`;
-with ``--concurrent``, `explorer.traffic.concurrent`), and the simulators ``lru`` and
-``unbounded`` (`explorer.traffic.simulators`, NOT vLLM); ``all`` runs the three. Progress goes
-to stderr, the summary or the JSON (design section 4) to stdout.
+Policies (what ``--policy`` selects): ``vllm`` (the default, `explorer.traffic.sequential`: one
+request at a time), ``scheduler`` (`explorer.traffic.scheduled`: arrivals by timestamp through
+vLLM's scheduler, mirrored; ``--step-ms``, ``--max-num-batched-tokens``, ``--scheduler``), and
+the simulators ``lru`` and ``unbounded`` (`explorer.traffic.simulators`, NOT vLLM); ``all`` runs
+the four. Progress goes to stderr, the summary or the JSON (design section 4) to stdout.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import sys
 import time
 from typing import Any, TextIO
 
-from explorer.traffic.concurrent import ConcurrencyConfig
+from explorer.errors import BadInput
+from explorer.traffic.scheduled import DEFAULT_STEP_MS, SchedulerPolicy
 from explorer.traffic.sweep import (
     CLI_MAX_BLOCKS_HASHED,
     CLI_MAX_OUTPUT_TOKENS,
@@ -61,24 +63,23 @@ class _Progress:
             self.stream.flush()
 
 
-def _summary(sweep: SweepResult, source: str, concurrent: bool) -> str:
+def _summary(sweep: SweepResult, source: str) -> str:
     lines = [
         f"trace {source}: {sweep.requests:,} requests, {sweep.prompt_tokens:,} prompt tokens; "
         f"block size {sweep.block_size}" + (", with outputs" if sweep.outputs else ""),
     ]
-    if concurrent:
-        lines.append("concurrency: arrivals at their timestamps, FIFO admission, decode time from output_length")
     lines.append(f"{'policy':<10} {'blocks':>10} {'skipped':>8} {'hit tokens':>14} {'hit rate':>9}")
     for r in sweep.runs:
         blocks = f"{r.num_blocks:,}" if r.num_blocks is not None else "unbounded"
         lines.append(f"{r.policy:<10} {blocks:>10} {r.skipped:>8,} {r.hit_tokens:>14,} {r.hit_rate:>9.2%}")
-        if r.concurrency:
-            c = r.concurrency
+        if r.scheduler:
+            c = r.scheduler
             lines.append(
-                f"{'':<10} peak running {c['peak_running']}, mean wait {c['mean_wait_ms']:.1f} ms, "
-                f"max wait {c['max_wait_ms']:.1f} ms, last finish {c['last_finish_ms'] / 1000:.1f} s"
+                f"{'':<10} {c['scheduler']} scheduler, {c['max_num_batched_tokens']:,}-token budget, a step per "
+                f"{c['step_ms']:g} ms: {c['steps']:,} steps, {c['preemptions']:,} preemptions, peak running "
+                f"{c['peak_running']}, queueing mean {c['mean_queueing_ms']:,.1f} ms, max {c['max_queueing_ms']:,.1f} ms"
             )
-    if any(r.policy != "vllm" for r in sweep.runs):
+    if any(r.policy in ("lru", "unbounded") for r in sweep.runs):
         lines.append("(lru and unbounded are simulators over the block hashes, not vLLM)")
     lines.append(
         f"replay: {sweep.seconds:.2f} s ({sweep.hash_seconds:.2f} s hashing {sweep.blocks_hashed:,} distinct blocks), "
@@ -87,13 +88,33 @@ def _summary(sweep: SweepResult, source: str, concurrent: bool) -> str:
     return "\n".join(lines)
 
 
+def _scheduler_policy(args: argparse.Namespace, policies: list[str]) -> SchedulerPolicy | None:
+    """The scheduler policy's settings from the options (None when it does not run); its
+    options are bad input for the other policies."""
+    given = {
+        "step_ms": getattr(args, "step_ms", None),
+        "max_num_batched_tokens": getattr(args, "max_num_batched_tokens", None),
+        "scheduler": getattr(args, "scheduler", None),
+    }
+    if "scheduler" not in policies:
+        named = [f"--{k.replace('_', '-')}" for k, v in given.items() if v is not None]
+        if named:
+            raise BadInput(f"{', '.join(named)}: only for --policy scheduler (or all)")
+        return None
+    return SchedulerPolicy(
+        given["scheduler"] or "async",
+        given["max_num_batched_tokens"] or 2048,
+        given["step_ms"] or DEFAULT_STEP_MS,
+    )
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     trace = load_trace(args.trace, args.limit)
     sizes_text = getattr(args, "num_blocks_list", None)
     sizes = parse_sizes(sizes_text) if sizes_text else [args.num_blocks]
     policy = getattr(args, "policy", None) or "vllm"
     policies = list(POLICIES) if policy == "all" else [policy]
-    concurrency = ConcurrencyConfig(args.decode_ms) if getattr(args, "concurrent", False) else None
+    scheduler = _scheduler_policy(args, policies)
     progress = _Progress()
     try:
         sweep = run_sweep(
@@ -102,7 +123,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             sizes,
             policies,
             args.outputs,
-            concurrency,
+            scheduler,
             progress,
             max_blocks_hashed=CLI_MAX_BLOCKS_HASHED,
             max_output_tokens=CLI_MAX_OUTPUT_TOKENS,
@@ -124,11 +145,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
             }
             if r.policy != "vllm":
                 out["policy"] = r.policy
-            if r.concurrency is not None:
-                out["concurrency"] = r.concurrency
+            if r.scheduler is not None:
+                out["scheduler"] = r.scheduler
+                out["hits"] = r.hits
         else:
             out = sweep_to_dict(sweep)
         sys.stdout.write(json.dumps(out) + "\n")
     else:
-        sys.stdout.write(_summary(sweep, trace.source, concurrency is not None) + "\n")
+        sys.stdout.write(_summary(sweep, trace.source) + "\n")
     return 0

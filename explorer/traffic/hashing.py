@@ -167,10 +167,11 @@ def prepare(
     )
 
 
-def arrive(prep: PreparedTrace, k: int, hasher: PrecomputedBlockHasher) -> Request:
-    """Request k of the trace, built with its precomputed prompt hashes."""
+def arrive(prep: PreparedTrace, k: int, hasher: PrecomputedBlockHasher, max_tokens: int | None = None) -> Request:
+    """Request k of the trace, built with its precomputed prompt hashes (``max_tokens`` for
+    the scheduler, which stops it there)."""
     req = prep.trace.requests[k]
     # The Request copies the prompt; its hasher hands it the precomputed hashes (a copy:
     # the request extends its own list with output blocks).
     hasher.pending = list(prep.prompt_hashes[k])
-    return Request(str(k), expand_prompt(req), block_hasher=hasher)
+    return Request(str(k), expand_prompt(req), block_hasher=hasher, max_tokens=max_tokens)

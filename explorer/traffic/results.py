@@ -22,7 +22,7 @@ class RunResult:
     hit_tokens: int
     seconds: float
     hits: list[int] = field(repr=False)  # hit tokens per request (0 when skipped)
-    concurrency: dict[str, Any] | None = None
+    scheduler: dict[str, Any] | None = None  # the scheduler policy's settings and figures
 
     @property
     def hit_rate(self) -> float:
@@ -37,8 +37,8 @@ class RunResult:
             "hit_rate": self.hit_rate,
             "seconds": round(self.seconds, 4),
         }
-        if self.concurrency is not None:
-            d["concurrency"] = self.concurrency
+        if self.scheduler is not None:
+            d["scheduler"] = self.scheduler
         return d
 
 

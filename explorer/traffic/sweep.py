@@ -8,14 +8,15 @@ from typing import Any
 
 from explorer.errors import BadInput
 from explorer.numbers import is_int
-from explorer.traffic.concurrent import ConcurrencyConfig, replay_concurrent
 from explorer.traffic.hashing import prepare
 from explorer.traffic.results import MAX_NUM_BLOCKS, RunResult, check_num_blocks
+from explorer.traffic.scheduled import SchedulerPolicy, replay_scheduler
 from explorer.traffic.sequential import replay_vllm
 from explorer.traffic.simulators import simulate_lru, simulate_unbounded
 from explorer.traffic.trace import RequestTrace
 
-POLICIES = ("vllm", "lru", "unbounded")
+POLICIES = ("vllm", "lru", "unbounded", "scheduler")
+SEQUENTIAL = ("vllm", "lru", "unbounded")  # one request at a time, in file order
 UI_MAX_BLOCKS_HASHED = 8_000_000  # prompt blocks a page job may hash (the shipped trace at 16: 3.8M)
 CLI_MAX_BLOCKS_HASHED = 1 << 24  # prompt blocks `replay` hashes (16.8M: 4.4 times the shipped trace)
 CLI_MAX_OUTPUT_TOKENS = 1 << 22  # output tokens `replay --outputs` decodes, one by one (7 times the shipped trace)
@@ -75,20 +76,22 @@ def run_sweep(
     sizes: Sequence[int],
     policies: Sequence[str] = ("vllm",),
     outputs: bool = False,
-    concurrency: ConcurrencyConfig | None = None,
+    scheduler: SchedulerPolicy | None = None,
     progress: ProgressFn | None = None,
     max_num_blocks: int = MAX_NUM_BLOCKS,
     max_blocks_hashed: int | None = None,
     max_output_tokens: int | None = None,
 ) -> SweepResult:
     """Every policy at every size (unbounded once), with the block hashes computed once.
+    ``scheduler`` sets the scheduler policy's engine (default: design section 7's);
     ``max_blocks_hashed`` bounds the work: the prompts' full blocks at this block size;
     ``max_output_tokens`` the output tokens decoded with ``outputs``."""
     for p in policies:
         if p not in POLICIES:
             raise BadInput(f"unknown policy {p!r}: expected one of {', '.join(POLICIES)}")
-    if concurrency is not None and any(p != "vllm" for p in policies):
-        raise BadInput("concurrency is modelled for the vllm policy only (lru and unbounded are sequential)")
+    if "scheduler" in policies:
+        scheduler = scheduler or SchedulerPolicy()
+        scheduler.config()  # bad settings fail before any hashing
     if not sizes:
         raise BadInput("no cache size given")
     for s in sizes:
@@ -127,7 +130,7 @@ def run_sweep(
             progress(min(done_units / units, 1.0), what)
 
     report(0, "hashing")
-    need_out = outputs and any(p != "vllm" for p in policies)
+    need_out = outputs and any(p in ("lru", "unbounded") for p in policies)
     prep = prepare(trace, block_size, outputs, need_out, lambda d, t: report(d, f"hashing: {d:,}/{t:,} requests"))
     runs: list[RunResult] = []
     for idx, (policy, size) in enumerate(plan):
@@ -140,10 +143,10 @@ def run_sweep(
             continue
         assert size is not None, f"{policy} runs at a cache size"
         if policy == "vllm":
-            if concurrency is not None:
-                runs.append(replay_concurrent(prep, size, concurrency, tick))
-            else:
-                runs.append(replay_vllm(prep, size, tick))
+            runs.append(replay_vllm(prep, size, tick))
+        elif policy == "scheduler":
+            assert scheduler is not None
+            runs.append(replay_scheduler(prep, size, scheduler, tick))
         elif policy == "lru":
             runs.append(simulate_lru(prep, size, tick))
         else:

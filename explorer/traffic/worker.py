@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from explorer.errors import BadInput
-from explorer.traffic.concurrent import ConcurrencyConfig
 from explorer.traffic.results import UI_MAX_NUM_BLOCKS
+from explorer.traffic.scheduled import DEFAULT_STEP_MS, SchedulerPolicy
 from explorer.traffic.sweep import UI_MAX_BLOCKS_HASHED, run_sweep, sweep_to_dict
 from explorer.traffic.trace import UI_MAX_TRACE_BYTES, load_trace, parse_trace_bytes
 
@@ -23,8 +23,8 @@ from explorer.traffic.trace import UI_MAX_TRACE_BYTES, load_trace, parse_trace_b
 def sweep_job(job: dict[str, Any], emit: Callable[[dict[str, Any]], None]) -> None:
     """Run one sweep, emitting {"progress": fraction, "text": ...} messages, then {"result":
     sweep dict} or {"error": message}. ``job``: trace_b64 (base64 of an upload) or trace_path,
-    source, limit, max_bytes, block_size, sizes, policies, outputs, decode_ms (None:
-    sequential)."""
+    source, limit, max_bytes, block_size, sizes, policies, outputs, and for the scheduler policy
+    scheduler ("async" or "sync") and max_num_batched_tokens (step_ms: 20 unless given)."""
     last = [0.0]
 
     def progress(frac: float, what: str) -> None:
@@ -42,14 +42,18 @@ def sweep_job(job: dict[str, Any], emit: Callable[[dict[str, Any]], None]) -> No
             trace = parse_trace_bytes(data, job.get("source", "upload"), job.get("limit"), max_bytes)
         else:
             trace = load_trace(job["trace_path"], job.get("limit"), max_bytes)
-        conc = ConcurrencyConfig(float(job["decode_ms"])) if job.get("decode_ms") is not None else None
+        sched = SchedulerPolicy(
+            str(job.get("scheduler", "async")),
+            int(job.get("max_num_batched_tokens", 2048)),
+            float(job.get("step_ms", DEFAULT_STEP_MS)),
+        )
         sweep = run_sweep(
             trace,
             int(job["block_size"]),
             [int(s) for s in job["sizes"]],
             list(job["policies"]),
             bool(job.get("outputs")),
-            conc,
+            sched,
             progress,
             max_num_blocks=int(job.get("max_num_blocks", UI_MAX_NUM_BLOCKS)),
             max_blocks_hashed=job.get("max_blocks_hashed", UI_MAX_BLOCKS_HASHED),

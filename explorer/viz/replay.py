@@ -17,8 +17,9 @@ POLICY_LABELS = {
     "vllm": "vLLM free-queue order (the engine)",
     "lru": "plain LRU (simulator, not vLLM)",
     "unbounded": "unbounded cache (ceiling, not vLLM)",
+    "scheduler": "vLLM's scheduler, concurrent (the engine)",
 }
-POLICY_COLORS = {"vllm": "#1f77b4", "lru": "#ff7f0e", "unbounded": "#2ca02c"}
+POLICY_COLORS = {"vllm": "#1f77b4", "lru": "#ff7f0e", "unbounded": "#2ca02c", "scheduler": "#d62728"}
 
 
 def hit_rate_vs_cache_size(sweep: Mapping[str, Any]) -> go.Figure:
@@ -26,7 +27,7 @@ def hit_rate_vs_cache_size(sweep: Mapping[str, Any]) -> go.Figure:
     results = sweep["results"]
     sized = sorted({r["num_blocks"] for r in results if r["num_blocks"] is not None})
     fig = go.Figure()
-    for policy in ("vllm", "lru"):
+    for policy in ("vllm", "lru", "scheduler"):
         rows = sorted((r for r in results if r["policy"] == policy), key=lambda r: r["num_blocks"])
         if not rows:
             continue

@@ -6,7 +6,9 @@ project's own one, and so must not import ``explorer``.
 Protocol (as ``vllm_driver.py``): one normalized engine-step scenario per JSON line on stdin; for
 each, one JSON line on stdout: the replay JSON of an engine-step scenario (design.md section 7:
 ``{"steps": [...], "final": {...}}``), or ``{"error": "..."}`` when vLLM raised or the scenario
-asks for something the engine would refuse. With ``"timing": {"repeat": N}`` in a scenario it is
+asks for something the engine would refuse. With ``"num_cached_tokens": true`` in a scenario the
+answer adds ``"num_cached_tokens": {id: n}``: what vLLM reports per request (the
+``PrefillStats`` of its first admission, carried by its first ``EngineCoreOutput``). With ``"timing": {"repeat": N}`` in a scenario it is
 replayed N times and ``"timing": {"build_s": [...], "replay_s": [...]}`` is added (scheduler
 construction; the op loop, event encoding and the JSON excluded). A line ``{"toml_file": PATH}``
 replays an engine-step TOML (read by ``engine_step_scenarios.py`` beside this file), timed whole.
@@ -288,6 +290,7 @@ class EngineReplay:
         self.steps: list[dict] = []
         self.events: list[list] = []  # per step: the raw events vLLM published in it
         self.arrivals = 0
+        self.num_cached_tokens: dict[str, int] = {}  # per request, from its first output
 
     # ---- the played model runner ----------------------------------------------------------
 
@@ -338,6 +341,8 @@ class EngineReplay:
                     outputs[out.request_id] = [int(t) for t in out.new_token_ids]
                 if out.finish_reason is not None:
                     finished.append(out.request_id)
+                if out.prefill_stats is not None:
+                    self.num_cached_tokens[out.request_id] = int(out.prefill_stats.num_cached_tokens)
             if client_outputs.scheduler_stats is not None:
                 stats = client_outputs.scheduler_stats.prefix_cache_stats
         entry["outputs"] = outputs
@@ -460,6 +465,12 @@ class EngineReplay:
             entry["events"] = _encode_events(events)
         return {"steps": self.steps, "final": self.final()}
 
+    def answer(self, ops: list[dict], num_cached_tokens: bool) -> dict:
+        result = self.run(ops)
+        if num_cached_tokens:
+            result["num_cached_tokens"] = self.num_cached_tokens
+        return result
+
     def final(self) -> dict:
         mgr = self.sched.kv_cache_manager
         pool = mgr.block_pool
@@ -505,12 +516,13 @@ def replay(scenario: dict) -> dict:
     if scenario.get("kind", "engine_steps") != "engine_steps":
         raise ScenarioError(f"not an engine-step scenario: kind {scenario.get('kind')!r}")
     timing = scenario.get("timing")
+    cached = bool(scenario.get("num_cached_tokens"))
     if not timing:
-        return EngineReplay(scenario).run(scenario["ops"])
+        return EngineReplay(scenario).answer(scenario["ops"], cached)
     build, seconds = [], []
     for _ in range(max(1, int(timing.get("repeat", 1)))):
         rep = EngineReplay(scenario)
-        result = rep.run(scenario["ops"])
+        result = rep.answer(scenario["ops"], cached)
         build.append(rep.build_seconds)
         seconds.append(rep.replay_seconds)
     result["timing"] = {"build_s": build, "replay_s": seconds, "configs_built": _configs().built}

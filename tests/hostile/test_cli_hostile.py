@@ -256,14 +256,14 @@ CASES: list[Case] = [
     ("replay-fifo", lambda f: ["replay", f["fifo"]], r"is a FIFO"),
     ("replay-deep-json", lambda f: ["replay", f["deep.jsonl"]], r"line 1: not JSON"),
     (
-        "replay-decode-ms-nan",
-        lambda f: ["replay", f["missing"], "--decode-ms", "nan"],
-        r"--decode-ms: expected a finite",
+        "replay-step-ms-nan",
+        lambda f: ["replay", f["missing"], "--policy", "scheduler", "--step-ms", "nan"],
+        r"--step-ms: expected a finite",
     ),
     (
-        "replay-decode-ms-inf",
-        lambda f: ["replay", f["missing"], "--decode-ms", "inf"],
-        r"--decode-ms: expected a finite",
+        "replay-step-ms-inf",
+        lambda f: ["replay", f["missing"], "--policy", "scheduler", "--step-ms", "inf"],
+        r"--step-ms: expected a finite",
     ),
     (
         "replay-sizes-fullwidth",

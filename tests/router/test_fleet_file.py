@@ -35,6 +35,8 @@ def test_default_config_equals_the_first_example():
         ("[fleet]\ninstances = 0\n", r"\[fleet\] instances: expected an integer in 1..16, got 0"),
         ("[fleet]\ninstance = 4\n", r"\[fleet\] instance: unknown key"),
         ("[fleet]\nhash_algo = 'md5'\n", r"\[fleet\] hash_algo: expected one of"),
+        ("[fleet]\nscheduler = 'fast'\n", r"\[fleet\] scheduler: expected one of"),
+        ("[fleet]\nmax_num_batched_tokens = 32\n", r"\[fleet\] max_num_batched_tokens: expected an integer in 64"),
         ("[router]\ntie_break = 'coin'\n", r"\[router\] tie_break"),
         ("[router]\nload_weight = -1\n", r"\[router\] load_weight"),
         ("[workload]\nturns = [5, 2]\n", r"\[workload\] turns: expected \[min, max\]"),

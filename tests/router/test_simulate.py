@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
+
+import pytest
 
 from explorer.router.config import FleetConfig
 from explorer.router.simulate import ask, simulate
-from explorer.scenario.engine import ScenarioEngine
-from explorer.scenario.spec import EngineConfig, Op, Scenario
-from tests.router.helpers import SMALL, with_failures
+from explorer.router.stream import build_stream
+from tests.router.helpers import SMALL, run, with_failures
 
 
 def test_healthy_router_predicts_the_engines_hits(healthy):
+    # each chat turn arrives after the previous reply was published: the views are current
     chk = healthy.prediction_check()
     assert chk["over"] == chk["under"] == 0 and chk["exact"] > 0
     assert healthy.predicted > 0
@@ -62,26 +65,57 @@ def test_hash_memo_changes_nothing(stream):
         assert a.runs[p].instance_of == b.runs[p].instance_of
 
 
-def test_one_step_decode_leaves_the_pool_as_token_by_token_decoding():
-    prompt = tuple(range(40))
-    out = tuple(range(1000, 1037))
+def one_instance_trace(tmp_lines, **fleet):
+    import json
 
-    def pool_after(bulk: bool):
-        eng = ScenarioEngine(Scenario("t", EngineConfig(block_size=4, num_blocks=40), ()), record=False)
-        eng.apply(Op(0, "arrive", id="a", prompt=prompt))
-        eng.apply(Op(1, "admit", id="a"))
-        if bulk:
-            r = eng.requests["a"]
-            r.append_output_token_ids(list(out[:-1]))
-            eng.apply(Op(2, "decode", id="a"))
-            r.append_output_token_ids(out[-1])
-        else:
-            eng.apply(Op(2, "generate", id="a", tokens=out))
-        snap = eng.snapshot()
-        r = eng.requests["a"]
-        return snap.blocks, snap.free_queue, snap.cached, r.num_computed_tokens, r.num_tokens, tuple(r.block_hashes)
+    data = ("\n".join(json.dumps(x) for x in tmp_lines) + "\n").encode()
+    cfg = replace(
+        SMALL,
+        fleet=replace(SMALL.fleet, instances=1, **fleet),
+        workload=replace(SMALL.workload, kind="trace", trace="upload", requests=10),
+    )
+    return simulate(cfg, data, "burst.jsonl", policies=("prefix",)).runs["prefix"]
 
-    assert pool_after(True) == pool_after(False)
+
+@pytest.mark.parametrize("scheduler", ["sync", "async"])
+def test_one_engine_step_caches_what_the_router_cannot_know_yet(scheduler):
+    """Two requests on one prompt within one step: both are routed before any event exists,
+    and the engine admits both in one schedule(), the second hitting the blocks the first
+    was just allocated (cached at allocation, published only with the step's update)."""
+    same = {"input_length": 600, "output_length": 3, "hash_ids": [1, 2]}
+    r = one_instance_trace([{"timestamp": 0, **same}, {"timestamp": 0, **same}], scheduler=scheduler)
+    assert r.predicted_tokens == [0, 0] and r.hit_tokens == [0, 592]
+    assert r.prediction_check() == {"exact": 1, "over": 0, "under": 1, "queued": 0}
+    assert r.instances[0].stats["hits"] == 592
+
+
+def test_a_request_the_budget_cannot_take_at_once_is_queued():
+    """A 3,000-token prompt takes the whole 2,048-token budget of step 0: the request behind
+    it is first scheduled in step 1, so it counts as queued, not as a prediction."""
+    r = one_instance_trace(
+        [
+            {"timestamp": 0, "input_length": 3000, "output_length": 2, "hash_ids": [1, 2, 3, 4, 5, 6]},
+            {"timestamp": 0, "input_length": 100, "output_length": 2, "hash_ids": [9]},
+        ]
+    )
+    assert r.waited == [False, True] and r.prediction_check()["queued"] == 1
+    assert r.instances[0].max_queue == 2
+
+
+def test_the_instances_run_the_fleets_scheduler(stream):
+    """The fleet's budget and scheduler reach every instance: a budget of 64 tokens chunks
+    every prompt into many steps, so requests queue behind each other."""
+    slow = run(replace(SMALL, fleet=replace(SMALL.fleet, max_num_batched_tokens=64, scheduler="sync")), stream)
+    fast = run(SMALL, stream)
+    assert slow.prediction_check()["queued"] > fast.prediction_check()["queued"]
+    assert slow.queries == fast.queries  # every request was admitted, and finished, either way
+
+
+def test_steps_that_take_no_time_finish_before_the_next_arrival():
+    cfg = replace(SMALL, workload=replace(SMALL.workload, decode_ms=0.0))
+    r = run(cfg)
+    assert r.queries == sum(len(q.tokens) for q in build_stream(cfg).requests)  # every request admitted
+    assert r.prediction_check()["queued"] == 0  # each arrival finds the engines idle
 
 
 def test_ask_the_router(stream):

@@ -36,10 +36,17 @@ def test_trace_stream_from_uploaded_bytes():
     ]
     data = ("\n".join(json.dumps(x) for x in lines) + "\n").encode()
     cfg = replace(SMALL, workload=replace(SMALL.workload, kind="trace", trace="upload", requests=10))
-    res = simulate(cfg, data, "tiny.jsonl", policies=("prefix",))
+    sync = replace(cfg, fleet=replace(cfg.fleet, scheduler="sync"))
+    res = simulate(sync, data, "tiny.jsonl", policies=("prefix",))
     r = res.runs["prefix"]
     assert res.stream.requests[1].tokens[:600] == res.stream.requests[0].tokens
-    assert r.hit_tokens[1] == 592  # 37 full blocks of the first prompt
+    # Sync: the first prompt's events go out with step 0 (t=0); the second request, routed
+    # before step 1 (t=20), finds them: 37 full blocks of the first prompt, as predicted.
+    assert r.instance_of[1] == r.instance_of[0] and r.hit_tokens[1] == r.predicted_tokens[1] == 592
+    # Async (vLLM's default): step 0 only queues its batch; its events go out with its update
+    # in step 1, after the second request was routed. The router saw nothing and balanced.
+    r = simulate(cfg, data, "tiny.jsonl", policies=("prefix",)).runs["prefix"]
+    assert r.instance_of[1] != r.instance_of[0] and r.hit_tokens[1] == r.predicted_tokens[1] == 0
     with pytest.raises(BadInput, match="upload"):
         build_stream(cfg)
 

@@ -33,12 +33,30 @@ def test_cli_limit_and_text_summary(tmp_path, capsys):
     assert rc == 0 and "hit rate" in out and "24.62%" in out
 
 
-def test_concurrent_cli(tmp_path, capsys):
+def test_scheduler_cli(tmp_path, capsys):
     p = write(tmp_path, HAND)
-    rc, out, err = run_cli(capsys, "replay", str(p), "--num-blocks", "10", "--concurrent", "--outputs", "--json")
+    rc, out, err = run_cli(capsys, "replay", str(p), "--num-blocks", "10", "--policy", "scheduler", "--json")
     assert rc == 0, err
     d = json.loads(out)
-    assert set(d) >= CONTRACT_KEYS and d["concurrency"]["peak_running"] >= 1 and d["skipped"] == 1
+    assert set(d) == CONTRACT_KEYS | {"policy", "scheduler", "hits"} and d["policy"] == "scheduler"
+    assert d["skipped"] == 1 and len(d["hits"]) == 8 and sum(d["hits"]) == d["hit_tokens"] and d["hits"][5] == 0
+    s = d["scheduler"]
+    assert (s["scheduler"], s["step_ms"], s["max_num_batched_tokens"], s["max_num_seqs"]) == ("async", 20.0, 2048, 64)
+    assert s["steps"] > 0 and s["peak_running"] >= 1 and s["max_queueing_ms"] >= s["mean_queueing_ms"] >= 0
+    assert {"preemptions", "last_finish_ms"} <= set(s)
+    argv = ["replay", str(p), "--num-blocks", "10", "--policy", "scheduler", "--scheduler", "sync", "--step-ms", "5"]
+    rc, out, _ = run_cli(capsys, *argv, "--max-num-batched-tokens", "64")
+    assert rc == 0 and "sync scheduler, 64-token budget, a step per 5 ms" in out and "preemptions" in out
+
+
+def test_all_runs_every_policy(tmp_path, capsys):
+    rc, out, err = run_cli(
+        capsys, "replay", str(write(tmp_path, HAND)), "--num-blocks", "10", "--policy", "all", "--json"
+    )
+    assert rc == 0, err
+    runs = json.loads(out)["results"]
+    assert [r["policy"] for r in runs] == ["vllm", "lru", "unbounded", "scheduler"]
+    assert "scheduler" in runs[3] and "scheduler" not in runs[0]
 
 
 @pytest.mark.parametrize("bad,where,what", [BAD_LINES[i] for i in (0, 2, 5, 7, 8)])
@@ -74,5 +92,9 @@ def test_missing_file_and_bad_options_exit_2(tmp_path):
     p = write(tmp_path, HAND)
     assert_bad(cli(str(p), "--num-blocks", "1"), "num_blocks")
     assert_bad(cli(str(p), "--num-blocks-list", "100,x"), "'x'")
-    assert_bad(cli(str(p), "--policy", "lru", "--concurrent"), "concurrency")
+    assert_bad(cli(str(p), "--concurrent"), "unrecognized arguments")  # replaced by --policy scheduler
+    assert_bad(cli(str(p), "--step-ms", "5"), "--step-ms", "only for --policy scheduler")
+    assert_bad(cli(str(p), "--policy", "scheduler", "--step-ms", "0"), "positive")
+    assert_bad(cli(str(p), "--policy", "scheduler", "--max-num-batched-tokens", "32"), "max_num_seqs (64)")
+    assert_bad(cli(str(p), "--policy", "scheduler", "--scheduler", "fast"), "invalid choice")
     assert_bad(cli(str(p), "--num-blocks", str(10**9)), "limit")

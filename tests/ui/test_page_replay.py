@@ -91,14 +91,20 @@ def test_tiny_upload_sweep_plots_and_table():
     assert res["requests"] == 8 and res["prompt_tokens"] == 1105
     assert len(at.get("plotly_chart")) == 2
     assert len(at.dataframe) == 1
-    # the page is still usable: another run with other settings
-    at.multiselect(key="replay_policies").set_value(["vllm"]).run()
-    at.checkbox(key="replay_concurrent").check().run()
+    # the page is still usable: another run with other settings, through vLLM's scheduler
+    assert at.selectbox(key="replay_scheduler").disabled  # its knobs wait for the policy
+    at.multiselect(key="replay_policies").set_value(["vllm", "scheduler"]).run()
+    at.selectbox(key="replay_scheduler").set_value("sync").run()
+    at.number_input(key="replay_budget").set_value(512).run()
     button(at, "replay_run").click().run()
     wait_done(at)
     assert not at.error
     runs = at.session_state["replay_result"]["results"]
-    assert [r["policy"] for r in runs] == ["vllm", "vllm"] and runs[0]["concurrency"]["peak_running"] >= 1
+    assert [r["policy"] for r in runs] == ["vllm", "vllm", "scheduler", "scheduler"]
+    s = runs[2]["scheduler"]
+    assert (s["scheduler"], s["max_num_batched_tokens"]) == ("sync", 512) and s["peak_running"] >= 1
+    assert sum(runs[2]["hits"]) == runs[2]["hit_tokens"] and runs[2]["skipped"] == 1
+    assert "peak running" in at.dataframe[0].value.columns
 
 
 @pytest.mark.parametrize(

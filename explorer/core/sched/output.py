@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from explorer.core.events import KVEventBatch
-from explorer.core.metrics import PrefixCacheStats
+from explorer.core.metrics import PrefillStats, PrefixCacheStats
 
 
 @dataclass
@@ -57,6 +57,7 @@ class EngineCoreOutput:
     request_id: str
     new_token_ids: list[int]
     finish_reason: str | None = None  # "stop", "length", "abort", "error" (FinishReason)
+    prefill_stats: PrefillStats | None = None  # with the request's first output only
 
     @property
     def finished(self) -> bool:

@@ -209,6 +209,9 @@ class Scheduler:
             # a preempted request looks its output tokens up too).
             new_computed_blocks, num_new_local_computed_tokens = self.request_steps.lookup(request)
             num_computed_tokens = request.num_computed_tokens + num_new_local_computed_tokens
+            # The first scheduled prefill's stats, not a resumed one's (L1033-1039).
+            if request.prefill_stats is not None and request.num_preemptions <= 0:
+                request.prefill_stats.set(request.num_prompt_tokens, num_new_local_computed_tokens, 0)
             # `num_tokens`, not the prompt: a resumed request recomputes its outputs (L1081-1084).
             num_new_tokens = request.num_tokens - num_computed_tokens
             if 0 < threshold < num_new_tokens:
@@ -299,6 +302,8 @@ class Scheduler:
             stopped = False
             if new_token_ids:
                 new_token_ids, stopped = self._update_request_with_output(request, new_token_ids, output_is_stale)
+            # The first output reports the first prefill's stats (L2148-2153).
+            prefill_stats = request.take_prefill_stats() if new_token_ids or stopped else None
             finish_reason = None
             if stopped:
                 finish_reason = request.get_finished_reason()
@@ -308,7 +313,7 @@ class Scheduler:
                 else:
                     stopped_preempted_reqs.append(request)
             if new_token_ids or stopped:
-                outputs.append(EngineCoreOutput(req_id, new_token_ids, finish_reason))
+                outputs.append(EngineCoreOutput(req_id, new_token_ids, finish_reason, prefill_stats))
 
         # Remove the stopped requests from the queues (L2234-2242).
         if stopped_running_reqs:

@@ -21,9 +21,9 @@ from typing import Any
 import streamlit as st
 
 from explorer.errors import BadInput
-from explorer.traffic.concurrent import DEFAULT_DECODE_MS
 from explorer.traffic.results import UI_MAX_NUM_BLOCKS
-from explorer.traffic.sweep import POLICIES, UI_MAX_BLOCKS_HASHED, parse_sizes
+from explorer.traffic.scheduled import MAX_BATCHED_TOKENS, SCHEDULERS
+from explorer.traffic.sweep import POLICIES, SEQUENTIAL, UI_MAX_BLOCKS_HASHED, parse_sizes
 from explorer.traffic.trace import UI_MAX_TRACE_BYTES, parse_trace_bytes, shipped_trace_path
 from explorer.ui.replay_worker import start_worker, stop_worker
 from explorer.viz.replay import POLICY_LABELS, hit_rate_vs_cache_size, hits_over_time
@@ -40,9 +40,12 @@ Real traffic through the faithful engine. Each line of a trace in Mooncake's for
 (`timestamp`, `input_length`, `output_length`, `hash_ids`) becomes a request: token *j* of
 trace block *i* is `hash_ids[i] * 512 + j`. By default requests run one at a time, in file
 order, through vLLM's own admission path (lookup, `allocate_slots`, stats) with the sha256
-block hasher, so the hit tokens are exactly vLLM's. **lru** and **unbounded** are small
-simulators over the same block hashes, *not* vLLM: plain least-recently-used eviction in token
-order, and a cache that never evicts (the ceiling).
+block hasher, so the hit tokens are exactly vLLM's. **scheduler** replays the trace
+concurrently through vLLM's scheduler loop, mirrored (checked against vLLM's own): requests
+arrive at their timestamps, one engine step per 20 ms of trace time, and each generates its
+output_length tokens. **lru** and **unbounded** are small simulators over the same block hashes,
+*not* vLLM: plain least-recently-used eviction in token order, and a cache that never evicts
+(the ceiling).
 """
 
 
@@ -110,8 +113,8 @@ def _build_job(
     limit: int,
     policies: list[str],
     outputs: bool,
-    concurrent: bool,
-    decode_ms: float,
+    scheduler: str,
+    max_num_batched_tokens: int,
 ) -> dict[str, Any]:
     """Check the inputs (BadInput on anything wrong) and describe the worker's job."""
     sizes = parse_sizes(sizes_text)
@@ -119,8 +122,6 @@ def _build_job(
         raise BadInput(f"cache sizes: {max(sizes):,} blocks is more than this page's limit of {UI_MAX_NUM_BLOCKS:,}")
     if not policies:
         raise BadInput("pick at least one policy")
-    if concurrent and any(p != "vllm" for p in policies):
-        raise BadInput("concurrency is modelled for the vllm policy only: untick lru and unbounded")
     lim = int(limit) or None
     job: dict[str, Any] = {
         "limit": lim,
@@ -129,7 +130,8 @@ def _build_job(
         "sizes": sizes,
         "policies": policies,
         "outputs": outputs,
-        "decode_ms": float(decode_ms) if concurrent else None,
+        "scheduler": scheduler,
+        "max_num_batched_tokens": int(max_num_batched_tokens),
         "max_num_blocks": UI_MAX_NUM_BLOCKS,
         "max_blocks_hashed": UI_MAX_BLOCKS_HASHED,
     }
@@ -190,13 +192,15 @@ def _results(res: dict[str, Any]) -> None:
             "hit tokens": r["hit_tokens"],
             "hit rate": f"{r['hit_rate']:.2%}",
         }
-        conc = r.get("concurrency")
-        if conc:
+        sched = r.get("scheduler")
+        if sched:
             row.update(
                 {
-                    "peak running": conc["peak_running"],
-                    "mean wait (ms)": conc["mean_wait_ms"],
-                    "max wait (ms)": conc["max_wait_ms"],
+                    "engine steps": sched["steps"],
+                    "preemptions": sched["preemptions"],
+                    "peak running": sched["peak_running"],
+                    "mean queueing (ms)": sched["mean_queueing_ms"],
+                    "max queueing (ms)": sched["max_queueing_ms"],
                 }
             )
         rows.append(row)
@@ -214,9 +218,12 @@ RULES = """
 - **vLLM free-queue order**: a finished request's blocks return to the free queue tail first,
   so the tail of its prompt is evicted before its head, and a shared system prompt survives
   longest. **Plain LRU** evicts in token order instead: the head of a chain goes first.
-- **Concurrency**: requests arrive at their timestamps and queue first come, first served;
-  each holds its blocks for output_length x the decode time, and others can hit them
-  meanwhile. With outputs, a request is admitted only when its whole output fits.
+- **vLLM's scheduler**: requests arrive at their timestamps and the engine steps every 20 ms of
+  trace time (async: AsyncScheduler, vLLM's default; sync: Scheduler), spending its token budget
+  on running requests first, then admitting waiting ones first come, first served, chunking long
+  prompts and preempting when blocks run out. Each request generates output_length tokens of 0
+  (always, whatever "Generate outputs" says) and holds its blocks until it finishes; others can
+  hit them meanwhile. Its hit is what vLLM reports per request (num_cached_tokens).
 - The shipped trace is Mooncake's synthetic trace (3,993 requests, 61M prompt tokens); its
   whole replay at block size 16 takes minutes, so start with a few hundred requests.
 """
@@ -261,7 +268,7 @@ def render() -> None:
     policies = st.multiselect(
         "Policies",
         list(POLICIES),
-        default=list(POLICIES),
+        default=list(SEQUENTIAL),
         key="replay_policies",
         format_func=lambda p: POLICY_LABELS[p],
         disabled=running,
@@ -273,19 +280,16 @@ def render() -> None:
         disabled=running,
         help="Each request also decodes output_length tokens of 0, holding more blocks.",
     )
-    concurrent = c5.checkbox(
-        "Concurrency from timestamps",
-        key="replay_concurrent",
-        disabled=running,
-        help="Arrivals at their timestamps, first come first served, each request holds "
-        "its blocks for output_length x decode time. vllm policy only.",
-    )
-    decode_ms = c6.number_input(
-        "Decode time per output token (ms)",
-        min_value=0.0,
-        value=DEFAULT_DECODE_MS,
-        key="replay_decode_ms",
-        disabled=running or not concurrent,
+    no_sched = running or "scheduler" not in policies
+    scheduler = c5.selectbox("Scheduler", list(SCHEDULERS), key="replay_scheduler", disabled=no_sched)
+    budget = c6.number_input(
+        "Token budget per step (max_num_batched_tokens)",
+        min_value=64,
+        max_value=MAX_BATCHED_TOKENS,
+        value=2048,
+        step=256,
+        key="replay_budget",
+        disabled=no_sched,
     )
 
     if not running:
@@ -299,8 +303,8 @@ def render() -> None:
                     int(limit),
                     list(policies),
                     bool(outputs),
-                    bool(concurrent),
-                    float(decode_ms),
+                    str(scheduler),
+                    int(budget),
                 )
             except BadInput as e:
                 _state()[ERROR] = str(e)

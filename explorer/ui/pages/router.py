@@ -62,13 +62,13 @@ W_ASK_KIND = "router_ask_kind"
 W_ASK_TENANT = "router_ask_tenant"
 
 INTRO = """
-Several simulated vLLM instances, each its own engine with KV events on, publish their events
-after every engine step in vLLM's wire format; a router subscribes through the same decoder as
-the *Live events* page. The router tokenizes each request, hashes it with vLLM's block hasher
-(its own NONE_HASH and seed), converts its hashes to the 64-bit form the events carry, and sends
-the request where the longest run of its hashes is already cached, minus a load term. Round
-robin and least-loaded run on the same stream for comparison. Then flip a switch below and
-watch it break.
+Several simulated vLLM instances, each its own engine with KV events on, publish their events after every engine step
+in vLLM's wire format; a router subscribes through the same decoder as the *Live events* page. Each instance runs vLLM's
+scheduler loop (mirrored: token budget, chunked prefill, preemption), so what the router predicts is checked against
+what a vLLM-like instance really hits under concurrency. The router tokenizes each request, hashes it with vLLM's block
+hasher (its own NONE_HASH and seed), converts its hashes to the 64-bit form the events carry, and sends the request
+where the longest run of its hashes is already cached, minus a load term. Round robin and least-loaded run on the same
+stream for comparison. Then flip a switch below and watch it break.
 """
 
 SWITCHES = [
