@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from explorer.errors import BadInput
+from explorer.numbers import is_int
 from explorer.traffic.concurrent import ConcurrencyConfig, replay_concurrent
 from explorer.traffic.hashing import prepare
 from explorer.traffic.results import MAX_NUM_BLOCKS, RunResult, check_num_blocks
@@ -50,10 +51,9 @@ def parse_sizes(text: str) -> list[int]:
     for part in text.replace(" ", "").split(","):
         if not part:
             continue
-        try:
-            v = int(part.replace("_", ""))
-        except ValueError:
-            raise BadInput(f"cache sizes: {part!r} is not an integer") from None
+        if not is_int(part.replace("_", "")):
+            raise BadInput(f"cache sizes: {part!r} is not an integer in ASCII digits")
+        v = int(part.replace("_", ""))
         if v < 2:
             raise BadInput(f"cache sizes: {v} is too small (at least 2 blocks: block 0 is the null block)")
         if v in sizes:
