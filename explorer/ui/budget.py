@@ -22,8 +22,8 @@ from explorer.scenario.spec import Scenario
 SESSION_BUDGET = 384 << 20  # bytes of scenarios and replays one browser session may hold
 
 # Bytes per item, measured and rounded up (see the module docstring).
-PER_BLOCK_SNAPSHOT = 260  # one block in one snapshot: its (ref_cnt, hash), free-queue and hash-map entries
-PER_REQUEST_BLOCK_SNAPSHOT = 60  # one block id and one block hash of a live request in one snapshot
+PER_BLOCK_SNAPSHOT = 300  # one block in one snapshot: its (ref_cnt, hash), free-queue and hash-map entries
+PER_REQUEST_BLOCK_SNAPSHOT = 24  # one block id and one block hash of a live request in one snapshot
 PER_REQUEST_SNAPSHOT = 400  # a live request's view in one snapshot
 PER_STEP = 4_000  # a step's records (panels, events) beside its snapshot
 PER_TOKEN = 120  # a token: its id in the scenario, in events, in the request and its hashes

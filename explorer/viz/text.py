@@ -11,7 +11,11 @@ endpoints, topics, error messages that echo any of them) reaches the page throug
 - ``md(s)``: ``clean`` + a backslash before every ASCII punctuation character, for anything
   Streamlit renders as Markdown (alerts, captions, labels, toasts). CommonMark treats an escaped
   punctuation character as that literal character, so no link, image, emphasis, code span,
-  HTML tag, autolink, math or Streamlit directive can start inside the user's text.
+  HTML tag, autolink, math or Streamlit directive can start inside the user's text. Two
+  rewrites run on the parsed text itself, where escapes no longer count: GFM's bare-URL and
+  e-mail links (``http://...``, ``www.x``, ``a@b.c``) and emoji and icon shortcodes
+  (``:smile:``); so an invisible WORD JOINER (U+2060) also follows every colon and precedes
+  every ``@`` and the dot after ``www``: the text reads the same, and neither rewrite matches.
 
 ``check_text`` refuses a string that is not text (a lone surrogate, say from a link's JSON).
 Pure functions, no Streamlit: the HTML builders in explorer/viz use them, and explorer/ui/text.py
@@ -32,6 +36,8 @@ MAX_TEXT = 10_000  # characters of one string shown on a page (a longer one is c
 _UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _MD_SPECIAL = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation character
+_JOIN = "\u2060"  # WORD JOINER: invisible, and breaks the patterns of GFM's literal links and shortcodes
+_WWW_DOT = re.compile(r"(www)(\\\.)", re.IGNORECASE)
 
 
 def _visible(m: re.Match[str]) -> str:
@@ -62,7 +68,9 @@ def md(s: object, limit: int = MAX_TEXT, inline: bool = False) -> str:
     text = clean(s, limit)
     if inline:
         text = text.replace("\n", " ").replace("\t", " ")
-    return _MD_SPECIAL.sub(r"\\\1", text)
+    text = _MD_SPECIAL.sub(r"\\\1", text)
+    text = text.replace("\\:", "\\:" + _JOIN).replace("\\@", _JOIN + "\\@")
+    return _WWW_DOT.sub(r"\1" + _JOIN + r"\2", text)
 
 
 def check_text(value: object, what: str) -> Any:

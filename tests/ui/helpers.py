@@ -60,7 +60,7 @@ _MD_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
 
 def plain(s: str) -> str:
     """Markdown that the page escaped (explorer.viz.text.md) back as the text it shows."""
-    return _MD_ESCAPE.sub(r"\1", s)
+    return _MD_ESCAPE.sub(r"\1", s).replace("\u2060", "")
 
 
 def bound(at: AppTest, kind: str, name: str):

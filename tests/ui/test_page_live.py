@@ -48,7 +48,9 @@ def stop(at: AppTest) -> None:
 
 def texts(at: AppTest) -> str:
     parts = [
-        plain(e.value) for kind in ("error", "warning", "info", "success", "markdown", "caption") for e in getattr(at, kind)
+        plain(e.value)
+        for kind in ("error", "warning", "info", "success", "markdown", "caption")
+        for e in getattr(at, kind)
     ]
     return "\n".join(str(p) for p in parts)
 
