@@ -15,6 +15,12 @@ both alike:
   JSON excluded).
 
 The two replay JSONs must be identical. Not part of CI: the figures depend on the machine.
+
+``--engine-steps`` benchmarks an engine-step scenario (design section 7) instead, under both
+schedulers: requests sharing system prompts arrive between steps into a pool small enough to
+preempt, and are stepped until done; ours (the mirrored scheduler) against vLLM's own Scheduler
+and AsyncScheduler driven by tests/conformance/vllm_sched_driver.py, with the same two
+comparisons (vLLM's whole run includes building its scheduler, not its VllmConfig).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import io
 import json
 import os
 import platform
+import random
 import subprocess
 import sys
 import tempfile
@@ -33,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from explorer.scenario.cli import cmd_run
-from explorer.scenario.engine import ScenarioEngine
+from explorer.scenario.engine import ScenarioEngine, replay
 from explorer.scenario.parse import parse_scenario_dict
 from explorer.scenario.randgen import random_scenario, scenario_tokens
 from explorer.scenario.spec import Scenario
@@ -42,6 +49,7 @@ from explorer.scenario.write import dumps_scenario
 REPO = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
 DRIVER = REPO / "tests" / "conformance" / "vllm_driver.py"
+SCHED_DRIVER = REPO / "tests" / "conformance" / "vllm_sched_driver.py"
 DEFAULT_OPS = 3000
 DEFAULT_BLOCKS = 600
 DEFAULT_REPEAT = 5
@@ -86,13 +94,13 @@ class VllmSide:
     """The conformance driver in .venv-vllm, kept running across rounds (its import takes
     seconds)."""
 
-    def __init__(self) -> None:
+    def __init__(self, driver: Path = DRIVER) -> None:
         env = dict(os.environ)
         env.pop("PYTHONHASHSEED", None)
         env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         self._stderr = tempfile.TemporaryFile(mode="w+b")  # noqa: SIM115 (lives as long as the child process)
         self.proc = subprocess.Popen(
-            [str(VLLM_PYTHON), str(DRIVER)],
+            [str(VLLM_PYTHON), str(driver)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
@@ -211,6 +219,85 @@ def run_bench(
     return result
 
 
+def engine_step_raw(seed: int, scheduler: str, num_requests: int = 64, num_blocks: int = 100) -> dict[str, Any]:
+    """An engine-step scenario: requests on four shared system prompts arrive one to three
+    steps apart (budget 512 tokens, 16 sequences, a pool that preempts), then steps until every
+    request is done (the drain is cut where the replay goes idle)."""
+    rng = random.Random(f"bench-steps:{seed}")
+    systems = [[s * 10_000 + i for i in range(rng.randint(64, 400))] for s in range(4)]
+    steps: list[dict[str, Any]] = []
+    work = 0
+    for n in range(num_requests):
+        prompt = rng.choice(systems) + [rng.randrange(50_000, 60_000) for _ in range(rng.randint(16, 200))]
+        output = [rng.randrange(60_000, 61_000) for _ in range(rng.randint(8, 64))]
+        steps.append({"op": "arrive", "id": f"R{n}", "prompt": prompt, "output": output})
+        steps += [{"op": "step"}] * rng.randint(1, 3)
+        work += len(output) + len(prompt) // 512 + 1
+    steps += [{"op": "step"}] * work  # enough to drain: idle steps cost both sides alike
+    engine = {"num_blocks": num_blocks, "scheduler": scheduler, "max_num_batched_tokens": 512, "max_num_seqs": 16}
+    raw = {"title": f"engine-step bench ({scheduler}, seed {seed})", "engine": engine, "steps": steps}
+    done = replay(parse_scenario_dict(raw, "<bench>"), record=False).to_json()["steps"]
+    busy = max(i for i, st in enumerate(done) if st.get("scheduled") or st.get("outputs"))
+    return {**raw, "steps": steps[: busy + 3]}
+
+
+def run_step_bench(seed: int = 0, repeat: int = DEFAULT_REPEAT, with_vllm: bool = True) -> dict[str, Any]:
+    vllm = VllmSide(SCHED_DRIVER) if with_vllm and VllmSide.available() else None
+    result: dict[str, Any] = {"seed": seed, "repeat": max(1, repeat), "cpus": os.cpu_count(), "schedulers": {}}
+    try:
+        for scheduler in ("async", "sync"):
+            raw = engine_step_raw(seed, scheduler)
+            scenario = parse_scenario_dict(raw, "<bench>")
+            normalized = scenario.normalized(scenario.engine.hash_seed or None)
+            cmd: tuple[list[float], list[float]] = ([], [])
+            loop: tuple[list[float], list[float]] = ([], [])
+            theirs: list[dict[str, Any]] = []
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "bench.toml"
+                path.write_text(dumps_scenario(raw["title"], "", raw["engine"], raw["steps"]), encoding="utf-8")
+                time_run_command(path)  # warm
+                for _ in range(max(1, repeat)):
+                    sec, printed = time_run_command(path)
+                    cmd[0].append(sec)
+                    start = time.perf_counter()
+                    replay(scenario, record=False)
+                    loop[0].append(time.perf_counter() - start)
+                    if vllm is not None:
+                        sec, answer = vllm.run_file(path)
+                        cmd[1].append(sec)
+                        theirs.append(answer)
+                        sec, answer = vllm.op_loop(normalized)
+                        loop[1].append(sec)
+                        theirs.append(answer)
+            ours_json = json.loads(printed)
+            result["schedulers"][scheduler] = {
+                "ops": len(scenario.ops),
+                "steps_scheduled": sum(1 for s in ours_json["steps"] if s.get("scheduled")),
+                "preemptions": sum(len(s.get("preempted", ())) for s in ours_json["steps"]),
+                "run_command": _best(*cmd),
+                "op_loop": _best(*loop),
+                "identical": None if vllm is None else all(t == ours_json for t in theirs),
+            }
+    finally:
+        if vllm is not None:
+            vllm.close()
+    return result
+
+
+def _print_steps(r: dict[str, Any]) -> None:
+    out = sys.stdout.write
+    out(f"engine-step bench (seed {r['seed']}), {r['cpus']} CPUs; best of {r['repeat']} alternating rounds\n")
+    for scheduler, m in r["schedulers"].items():
+        out(f"{scheduler}: {m['ops']:,} ops, {m['steps_scheduled']:,} batches, {m['preemptions']} preemptions\n")
+        for key, what in (("run_command", "run --json, whole"), ("op_loop", "op loop only")):
+            t = m[key]
+            line = f"  {what}: ours {t['ours_s']:.3f} s"
+            if "vllm_s" in t:
+                line += f", vLLM {t['vllm_s']:.3f} s: ours takes {t['time_ratio']:.2f}x vLLM's time"
+            out(line + "\n")
+        out(f"  same replay JSON on both sides: {'not measured' if m['identical'] is None else m['identical']}\n")
+
+
 def _print_human(r: dict[str, Any]) -> None:
     e = r["engine"]
     out = sys.stdout.write
@@ -240,6 +327,13 @@ def _print_human(r: dict[str, Any]) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if getattr(args, "engine_steps", False):
+        steps = run_step_bench(args.seed, args.repeat)
+        if args.json:
+            sys.stdout.write(json.dumps(steps) + "\n")
+        else:
+            _print_steps(steps)
+        return 0 if all(m["identical"] in (None, True) for m in steps["schedulers"].values()) else 1
     result = run_bench(args.ops, args.seed, args.num_blocks, args.repeat)
     if args.json:
         sys.stdout.write(json.dumps(result) + "\n")

@@ -5,11 +5,34 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from explorer.core.errors import ConfigError
+from explorer.core.errors import BadInput, ConfigError
 from explorer.core.events import to_json_value
 from explorer.core.hashing import external_block_hash, init_none_hash, make_block_hash_with_group_id
 from explorer.core.kv_cache_utils import generate_block_hash_extra_keys, get_request_block_hasher
 from explorer.core.request import LoRARequest, MultiModalFeature, Request
+
+MAX_HASH_BLOCKS = 1 << 18  # full blocks one table may list (262,144: a 4M-token prompt at block size 16)
+
+
+def check_table_size(num_tokens: int, block_size: int) -> None:
+    """BadInput when ``num_tokens`` make more full blocks than one table lists (checked before
+    a token spec is expanded, and again by `block_hash_table`)."""
+    if num_tokens // block_size > MAX_HASH_BLOCKS:
+        raise BadInput(
+            f"{num_tokens:,} tokens at block size {block_size} make {num_tokens // block_size:,} full blocks, "
+            f"more than the {MAX_HASH_BLOCKS:,} one table lists"
+        )
+
+
+def _check_text(value: str | None, what: str) -> None:
+    """A lone surrogate (say from a command-line argument that is not UTF-8) cannot be hashed by
+    the CBOR hashes nor sent in an event: bad input for every algorithm alike."""
+    if value is None:
+        return
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise BadInput(f"{what}: not valid Unicode text (a lone surrogate at character {e.start})") from None
 
 
 def block_hash_table(
@@ -28,6 +51,14 @@ def block_hash_table(
         raise ConfigError(f"block size must be a positive integer, got {block_size}")
     if not 0 <= group_id < 2**32:
         raise ConfigError(f"group id must be in [0, 2**32), got {group_id}")
+    check_table_size(len(tokens), block_size)
+    _check_text(hash_seed, "hash seed")
+    _check_text(cache_salt, "cache salt")
+    if lora is not None:
+        _check_text(lora.lora_name, "LoRA name")
+        _check_text(lora.lora_path, "LoRA path")
+    for f in mm:
+        _check_text(f.identifier, "image id")
     ctx = init_none_hash(algo, hash_seed)
     req = Request("hash", tokens, get_request_block_hasher(block_size, ctx), lora, cache_salt or None, mm)
     blocks = []

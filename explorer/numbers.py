@@ -31,3 +31,8 @@ def parse_int(text: str, what: str, lo: int | None = None, hi: int | None = None
 def is_int(text: str) -> bool:
     """Whether ``text`` is an integer by the rule above (no range check)."""
     return isinstance(text, str) and _INT.fullmatch(text.strip()) is not None
+
+
+def counted(count: int, word: str, plural: str | None = None) -> str:
+    """ "1 block", "3 blocks" (or the given plural), with thousands separators."""
+    return f"{count:,} {word if count == 1 else (plural or word + 's')}"

@@ -15,53 +15,57 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from explorer import model_file
 from explorer.errors import BadInput
 
 MAX_TOKEN_ID = 2**31  # exclusive: every INT of a spec is in [0, 2**31)
 
-_INT = r"\s*(\d+)\s*"
+# ASCII digits only (the rule of explorer/numbers.py): `\d` would also match "٣" and "３".
+_INT = r"\s*([0-9]+)\s*"
 _PART = re.compile(rf"^(?:{_INT}:{_INT}|{_INT}\*{_INT}|{_INT})$")
 
 
-def _parse_parts(spec: str) -> list[tuple[int, int, int]]:
-    """Parse a spec into (kind, a, b) parts: kind 0 = range a:b, 1 = x*n, 2 = single a."""
+def _parse_parts(spec: str) -> Iterator[tuple[int, int, int]]:
+    """The (kind, a, b) parts of a spec, one at a time: kind 0 = range a:b, 1 = x*n, 2 = single
+    a. A generator, so that counting a long spec holds no list of its parts."""
     if not isinstance(spec, str):
         raise BadInput(f"token spec must be a string, got {type(spec).__name__}")
     if not spec.strip():
         raise BadInput("token spec is empty")
-    parts = []
-    for raw in spec.split(","):
+    pos = 0
+    while pos <= len(spec):
+        comma = spec.find(",", pos)
+        end = len(spec) if comma < 0 else comma
+        raw = spec[pos:end]
+        pos = end + 1
         m = _PART.match(raw)
         if m is None:
+            shown = raw.strip() if len(raw) <= 40 else raw.strip()[:40] + "..."
             raise BadInput(
-                f"bad token spec part {raw.strip()!r}: expected INT, INT:INT or INT*INT with non-negative integers"
+                f"bad token spec part {shown!r}: expected INT, INT:INT or INT*INT with non-negative integers in ASCII digits"
             )
         g = m.groups()
         if g[0] is not None:
-            a, b = int(g[0]), int(g[1])
-            _check_int(a)
-            _check_int(b)
+            a, b = _num(g[0]), _num(g[1])
             if a > b:
                 raise BadInput(f"bad token range {raw.strip()!r}: start {a} is after end {b}")
-            parts.append((0, a, b))
+            yield (0, a, b)
         elif g[2] is not None:
-            x, n = int(g[2]), int(g[3])
-            _check_int(x)
-            _check_int(n)
-            parts.append((1, x, n))
+            yield (1, _num(g[2]), _num(g[3]))
         else:
-            x = int(g[4])
-            _check_int(x)
-            parts.append((2, x, 0))
-    return parts
+            yield (2, _num(g[4]), 0)
 
 
-def _check_int(v: int) -> None:
+def _num(digits: str) -> int:
+    """An INT of a spec, checked to be below 2**31 (a thousand-digit number costs nothing)."""
+    significant = digits.lstrip("0") or "0"
+    v = int(significant) if len(significant) <= 10 else MAX_TOKEN_ID
     if v >= MAX_TOKEN_ID:
-        raise BadInput(f"token spec number {v} is out of range [0, 2**31)")
+        shown = digits if len(digits) <= 24 else digits[:20] + "..."
+        raise BadInput(f"token spec number {shown} is out of range [0, 2**31)")
+    return v
 
 
 def _part_len(kind: int, a: int, b: int) -> int:
@@ -79,12 +83,11 @@ def parse_token_spec(spec: str, max_tokens: int | None = None) -> list[int]:
     Raises BadInput for letters, negative numbers, a reversed range, an empty spec, or (when
     ``max_tokens`` is given) an expansion longer than ``max_tokens``: checked before expanding.
     """
-    parts = _parse_parts(spec)
-    total = sum(_part_len(*p) for p in parts)
+    total = spec_length(spec)  # a first pass counts; only then is anything expanded
     if max_tokens is not None and total > max_tokens:
         raise BadInput(f"token spec expands to {total:,} tokens, more than the limit {max_tokens:,}")
     out: list[int] = []
-    for kind, a, b in parts:
+    for kind, a, b in _parse_parts(spec):
         if kind == 0:
             out.extend(range(a, b))
         elif kind == 1:

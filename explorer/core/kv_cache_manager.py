@@ -109,13 +109,16 @@ class KVCacheManager:
         num_new_tokens: int,
         num_new_computed_tokens: int = 0,
         new_computed_blocks: KVCacheBlocks | None = None,
+        full_sequence_must_fit: bool = False,
     ) -> KVCacheBlocks | None:
         """Slots for ``num_new_tokens`` more tokens after the computed ones and the new hits.
 
         Returns only the newly allocated blocks, or None (changing nothing) when the free queue
         cannot supply the new blocks plus the free hit blocks. On success the blocks that are
         full after this step are cached at once, before the model computes them, capped at
-        ``request.num_tokens`` (kv_cache_manager.py:371-614).
+        ``request.num_tokens`` (kv_cache_manager.py:371-614). ``full_sequence_must_fit`` is the
+        scheduler's admission gate (its default ``scheduler_reserve_full_isl``): first the
+        whole sequence so far must fit, not only this chunk (kv_cache_manager.py:519-535).
         """
         if num_new_tokens == 0 and num_new_computed_tokens == 0:
             raise SchedulingError("num_new_tokens must be greater than 0 when there are no computed tokens to adopt")
@@ -123,8 +126,36 @@ class KVCacheManager:
         hit_blocks = new_computed_blocks.blocks if new_computed_blocks is not None else coordinator.empty_blocks()
         num_local_computed = request.num_computed_tokens + num_new_computed_tokens
         total_computed = min(num_local_computed, self.max_model_len)
+        rid = request.request_id
+        if full_sequence_must_fit:
+            full_num_tokens = min(request.num_tokens, self.max_model_len)
+            if not self._fits(request, num_new_tokens, total_computed, full_num_tokens, hit_blocks, True):
+                return None
         num_tokens_need_slot = min(total_computed + num_new_tokens, self.max_model_len)
+        if not self._fits(request, num_new_tokens, total_computed, num_tokens_need_slot, hit_blocks, False):
+            return None
 
+        # Touch before popping: a request can never evict its own hits.
+        if any(hit_blocks):
+            coordinator.allocate_new_computed_blocks(rid, hit_blocks)
+        new_blocks = coordinator.allocate_new_blocks(rid, num_tokens_need_slot)
+
+        if self.enable_caching:
+            coordinator.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
+        return KVCacheBlocks(new_blocks)
+
+    def _fits(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        total_computed: int,
+        num_tokens_need_slot: int,
+        hit_blocks: tuple[list[KVCacheBlock], ...],
+        full_sequence: bool,
+    ) -> bool:
+        """The capacity check (kv_cache_manager.py:558-576): the new blocks plus the free hit
+        blocks must come out of the free queue."""
+        coordinator = self.coordinator
         rid = request.request_id
         num_free = self.block_pool.get_num_free_blocks()
         required = coordinator.get_num_blocks_to_allocate(rid, num_tokens_need_slot, hit_blocks)
@@ -140,19 +171,16 @@ class KVCacheManager:
                     num_evictable,
                     num_free,
                     required <= num_free,
+                    full_sequence,
                 )
             )
-        if required > num_free:
-            return None
+        return required <= num_free
 
-        # Touch before popping: a request can never evict its own hits.
-        if any(hit_blocks):
-            coordinator.allocate_new_computed_blocks(rid, hit_blocks)
-        new_blocks = coordinator.allocate_new_blocks(rid, num_tokens_need_slot)
-
+    def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
+        """Hash the blocks full within the first ``num_computed_tokens`` tokens, if caching is
+        on: the async scheduler does it when sampled tokens arrive (kv_cache_manager.py:808-818)."""
         if self.enable_caching:
-            coordinator.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
-        return KVCacheBlocks(new_blocks)
+            self.coordinator.cache_blocks(request, num_computed_tokens)
 
     def free(self, request: Request) -> None:
         self.coordinator.free(request.request_id)

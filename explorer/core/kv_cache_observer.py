@@ -7,6 +7,9 @@ admission check, and the pool reports each touched, popped and freed block. A re
 panels records these reports instead of predicting what the core would do, so a panel can never
 disagree with the engine. Without an observer (``None``) each call site costs one test.
 
+The scheduler (core/sched/) reports the same way what an engine step decides: which request
+was scheduled with how many tokens, who was preempted and why, who finished.
+
 The observer only listens: the core never reads anything back from it.
 """
 
@@ -42,6 +45,9 @@ class AdmissionCheck:
     num_evictable_hit_blocks: int
     num_free_blocks: int
     ok: bool
+    # The scheduler's admission gate (scheduler_reserve_full_isl, kv_cache_manager.py:519-535):
+    # the whole sequence so far must fit before the first chunk is allocated.
+    full_sequence: bool = False
 
     @property
     def num_required_blocks(self) -> int:
@@ -82,3 +88,20 @@ class KVCacheObserver:
 
     def on_free(self, block_id: int, ref_cnt: int, freed_to: FreedTo) -> None:
         """``free_blocks`` dropped the block's ref_cnt to ``ref_cnt`` and put it ``freed_to``."""
+
+    # ---- the scheduler (core/sched/scheduler.py) -----------------------------------------------
+
+    def on_scheduled(
+        self, request_id: str, num_tokens: int, num_computed_tokens: int, is_prefill_chunk: bool, num_placeholders: int
+    ) -> None:
+        """``schedule()`` gave the request ``num_tokens`` tokens of this step's budget; after
+        ``_update_after_schedule`` it has ``num_computed_tokens`` computed (placeholders included),
+        ``is_prefill_chunk`` says whether prompt tokens are left, ``num_placeholders`` counts
+        async output placeholders (tokens in flight whose value is not known yet)."""
+
+    def on_preempted(self, request_id: str, reason: str) -> None:
+        """The request lost its blocks and went back to the waiting queue, for ``reason``."""
+
+    def on_finished(self, request_id: str, status: str) -> None:
+        """The request finished (``status`` is vLLM's RequestStatus name in lower case) and its
+        blocks were freed."""

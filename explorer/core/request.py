@@ -16,10 +16,32 @@ from explorer.core.hashing import BlockHash
 
 
 class RequestStatus(enum.Enum):
+    """vLLM's statuses (vllm/v1/request.py:370-393) that a scheduler without a connector,
+    grammar or streaming input reaches; the value is the name in lower case."""
+
     WAITING = "waiting"
     RUNNING = "running"
     PREEMPTED = "preempted"
-    FINISHED = "finished"
+    # Everything below is a finished status.
+    FINISHED_STOPPED = "finished_stopped"
+    FINISHED_LENGTH_CAPPED = "finished_length_capped"
+    FINISHED_ABORTED = "finished_aborted"
+    FINISHED_ERROR = "finished_error"
+
+    @staticmethod
+    def is_finished(status: RequestStatus) -> bool:
+        return status not in _UNFINISHED
+
+
+_UNFINISHED = frozenset({RequestStatus.WAITING, RequestStatus.RUNNING, RequestStatus.PREEMPTED})
+
+# RequestStatus -> the finish reason vLLM reports (request.py:404-412).
+FINISH_REASONS = {
+    RequestStatus.FINISHED_STOPPED: "stop",
+    RequestStatus.FINISHED_LENGTH_CAPPED: "length",
+    RequestStatus.FINISHED_ABORTED: "abort",
+    RequestStatus.FINISHED_ERROR: "error",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +112,7 @@ class Request:
         cache_salt: str | None = None,
         mm_features: Sequence[MultiModalFeature] = (),
         prompt_logprobs: bool = False,
+        max_tokens: int | None = None,
     ) -> None:
         if len(prompt_token_ids) == 0:
             raise RequestError(f"request {request_id!r} has an empty prompt")
@@ -110,6 +133,18 @@ class Request:
         self.status = RequestStatus.WAITING
         self.num_computed_tokens = 0
         self.num_preemptions = 0
+        # What only vLLM's Scheduler uses (a manager-level scenario leaves them alone):
+        # SamplingParams.max_tokens (None: the caller decides when the request ends);
+        self.max_tokens = max_tokens
+        # async scheduling: tokens scheduled whose sampled token has not arrived yet;
+        self.num_output_placeholders = 0
+        # tokens scheduled in batches whose output has not been processed yet;
+        self.num_in_flight_tokens = 0
+        # in-flight tokens scheduled before a preemption, and whether their output is dropped;
+        self.num_stale_output_tokens = 0
+        self.drop_stale_output = False
+        # whether the last scheduled step left prompt tokens to compute.
+        self.is_prefill_chunk = False
         self.block_hashes: list[BlockHash] = []
         self._block_hasher = block_hasher
         self.update_block_hashes()
@@ -117,6 +152,10 @@ class Request:
     @property
     def num_tokens(self) -> int:
         return len(self.all_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
 
     def append_output_token_ids(self, token_ids: int | Sequence[int]) -> None:
         if isinstance(token_ids, int):
@@ -130,9 +169,11 @@ class Request:
         if self._block_hasher is not None:
             self.block_hashes.extend(self._block_hasher(self))
 
-    @property
     def is_finished(self) -> bool:
-        return self.status == RequestStatus.FINISHED
+        return RequestStatus.is_finished(self.status)
+
+    def get_finished_reason(self) -> str | None:
+        return FINISH_REASONS.get(self.status)
 
     def __repr__(self) -> str:
         return (

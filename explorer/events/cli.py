@@ -9,19 +9,21 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 
-from explorer.core.events import KVCacheEvent, KVEventBatch, to_json_value
+from explorer.core.events import KVCacheEvent, KVEventBatch
 from explorer.events.instance import AppliedBatch
+from explorer.events.json_out import batch_line
 from explorer.events.publisher import KVEventPublisher
 from explorer.events.stream import DEFAULT_REPLAY_TIMEOUT, KVEventStream
 from explorer.events.subscriber import KVEventSubscriber
 
 
 def scenario_batches(path: str) -> list[list[KVCacheEvent]]:
-    """The event lists of a scenario's replay, one per step that queued events."""
+    """The event lists of a scenario's replay, one per step that queued events (a lean replay:
+    the events are all it needs)."""
     from explorer.scenario.engine import replay
     from explorer.scenario.parse import load_scenario
 
-    trace = replay(load_scenario(path))
+    trace = replay(load_scenario(path), record=False)
     return [list(step.events) for step in trace.steps if step.events]
 
 
@@ -118,7 +120,7 @@ def cmd_listen(args: argparse.Namespace) -> int:
     out = sys.stdout
 
     def on_batch(a: AppliedBatch) -> None:
-        out.write((json.dumps(to_json_value(a.to_json())) if args.json else _human(a)) + "\n")
+        out.write((batch_line(a) if args.json else _human(a)) + "\n")
         out.flush()
 
     stream, printed = listen(
@@ -133,7 +135,7 @@ def cmd_listen(args: argparse.Namespace) -> int:
     summary = stream.summary()
     summary["batches"] = printed
     if args.json:
-        out.write(json.dumps({"summary": summary}) + "\n")
+        out.write(json.dumps({"summary": summary}, allow_nan=False) + "\n")
     else:
         out.write("summary: " + ", ".join(f"{k} {v}" for k, v in summary.items()) + "\n")
     out.flush()

@@ -58,6 +58,7 @@ class CacheInstance:
     lost: int = 0
     unrecovered_initial: int = 0
     restarts: int = 0
+    seq_jumps: int = 0  # restarts that were a jump past the replay buffer, not a fall back
     unknown_removals: int = 0
     last_seq: int | None = None
 
@@ -147,6 +148,7 @@ class CacheInstance:
             "replayed": self.replayed,
             "lost": self.lost,
             "restarts": self.restarts,
+            "seq_jumps": self.seq_jumps,
             "unrecovered_initial": self.unrecovered_initial,
             "unknown_removals": self.unknown_removals,
         }

@@ -15,16 +15,16 @@ from explorer.core.events import KVEventBatch, encode_batch
 from explorer.errors import BadInput
 from explorer.events.endpoints import (
     check_endpoint,
+    check_topic,
     endpoint_error,
     is_bind_endpoint,
     node_ip,
     offset_endpoint_port,
     tcp_uri,
 )
-from explorer.events.wire import END_SEQ, live_frames
+from explorer.events.wire import DEFAULT_BUFFER_STEPS, END_SEQ, live_frames
 
-# vLLM's KVEventsConfig defaults.
-DEFAULT_BUFFER_STEPS = 10_000
+# vLLM's KVEventsConfig default (its buffer_steps default is wire.DEFAULT_BUFFER_STEPS).
 DEFAULT_HWM = 100_000
 
 Socket = zmq.Socket[bytes]
@@ -64,7 +64,7 @@ class KVEventPublisher:
         except ValueError as e:
             raise BadInput(f"endpoint for data parallel rank {data_parallel_rank}: {e}") from None
         self.topic = topic
-        self._topic_bytes = topic.encode("utf-8")
+        self._topic_bytes = check_topic(topic)
         self.data_parallel_rank = data_parallel_rank
         self.buffer_steps = buffer_steps
         self.linger = linger

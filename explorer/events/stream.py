@@ -18,10 +18,14 @@ from dataclasses import dataclass
 
 from explorer.core.events import KVEventBatch
 from explorer.events.instance import AppliedBatch, CacheInstance, InstanceKey
-from explorer.events.wire import DEFAULT_MAX_PAYLOAD, END_SEQ, as_frames, decode_payload
+from explorer.events.wire import DEFAULT_BUFFER_STEPS, DEFAULT_MAX_PAYLOAD, END_SEQ, as_frames, decode_payload
 
 DEFAULT_REPLAY_TIMEOUT = 2.0
 DEFAULT_MAX_PENDING = 200_000
+DEFAULT_MAX_INSTANCES = 1024  # (topic, data_parallel_rank) pairs one stream keeps apart
+# A publisher numbers its batches 0, 1, 2, ... one per engine step: 2**62 of them would take a
+# million steps a second for 146,000 years. A larger sequence number is a malformed frame.
+MAX_SEQ = 1 << 62
 
 
 @dataclass(slots=True)
@@ -49,8 +53,16 @@ class KVEventStream:
     Counters (`summary`): ``batches`` applied; ``gaps``: sequence numbers missing between live
     batches after an instance's first; ``replayed``: batches applied from a replay (a late
     joiner's catch-up included); ``lost``: gap sequence numbers never recovered;
-    ``malformed``: frames that were not a well-formed batch; ``restarts``: live seqs that fell
-    back to or below the highest one seen (the instance's state is then cleared).
+    ``malformed``: frames that were not a well-formed batch (a sequence number of 2**62 or
+    more among them, and a frame of a new instance once ``max_instances`` are known); ``restarts``: live seqs that fell back to or below the highest one seen,
+    or jumped more than ``max_jump`` past it (the instance's state is then cleared, and the
+    jump is also counted in the instance's ``seq_jumps``).
+
+    Sequence numbers are checked against what a publisher can produce, so that no garbage
+    frame can poison the counters: a jump beyond the publisher's replay buffer (``max_jump``,
+    vLLM's default ``buffer_steps``) cannot be repaired by a replay, so the instance starts
+    over there instead of counting up to 2**62 gaps; a late joiner asks for, and counts as not
+    recovered, at most ``max_jump`` batches before its first.
     """
 
     def __init__(
@@ -61,12 +73,16 @@ class KVEventStream:
         replay_timeout: float = DEFAULT_REPLAY_TIMEOUT,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
         max_pending: int = DEFAULT_MAX_PENDING,
+        max_jump: int = DEFAULT_BUFFER_STEPS,
+        max_instances: int = DEFAULT_MAX_INSTANCES,
     ) -> None:
         self.topic = topic.encode("utf-8") if isinstance(topic, str) else bytes(topic)
         self.replay_enabled = replay
         self.replay_timeout = replay_timeout
         self.max_payload = max_payload
         self.max_pending = max_pending
+        self.max_jump = max(1, max_jump)
+        self.max_instances = max_instances
         self.instances: dict[InstanceKey, CacheInstance] = {}
         self._topics: dict[bytes, str] = {}
         self.malformed = 0
@@ -159,6 +175,9 @@ class KVEventStream:
             self._bad("seq_size", f"sequence frame of {len(seq_bytes)} bytes, expected 8")
             return None
         seq = int.from_bytes(seq_bytes, "big")
+        if seq >= MAX_SEQ:
+            self._bad("seq_range", f"sequence number {seq:,} is beyond what a publisher reaches (2**62)")
+            return None
         try:
             batch = decode_payload(payload, self.max_payload)
         except ValueError as e:
@@ -189,6 +208,8 @@ class KVEventStream:
         if got is None:
             return []
         seq, key, batch = got
+        if key not in self.instances and len(self.instances) >= self.max_instances:
+            return self._bad("instances", f"more than {self.max_instances} (topic, rank) instances")
         self.live_accepted += 1
         return self._on_live(key, seq, batch, time.monotonic() if now is None else now)
 
@@ -286,17 +307,23 @@ class KVEventStream:
     def _on_live(self, key: InstanceKey, seq: int, batch: KVEventBatch, now: float) -> list[AppliedBatch]:
         out: list[AppliedBatch] = []
         inst = self._instance(key)
-        if inst.next_seq is not None and seq <= inst.max_live:
-            # The publisher restarted: whatever of the old incarnation is pending is applied
-            # (holes given up), then the instance starts over.
+        jumped = inst.next_seq is not None and seq > inst.max_live + 1 + self.max_jump
+        if inst.next_seq is not None and (seq <= inst.max_live or jumped):
+            # The publisher restarted (or the stream jumped further than any replay reaches):
+            # whatever of the old incarnation is pending is applied (holes given up), then the
+            # instance starts over.
             inst.resolve(None, out)
             if self._inflight is not None:
                 self._inflight = None
                 self.reset_replay_socket = True
             inst.start_over()
+            if jumped:
+                inst.seq_jumps += 1
         if inst.next_seq is None:  # the first batch of this incarnation
+            # A late joiner replays what the publisher can still hold: at most max_jump batches.
+            first = max(0, seq - self.max_jump)
             inst.initial_horizon = seq if self.replay_enabled else 0
-            inst.next_seq = 0 if self.replay_enabled else seq
+            inst.next_seq = first if self.replay_enabled else seq
         elif seq > inst.max_live + 1:
             inst.gaps += seq - inst.max_live - 1
         inst.max_live = seq

@@ -12,11 +12,11 @@ import time
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from explorer.events.endpoints import check_endpoint, endpoint_error
+from explorer.events.endpoints import check_endpoint, check_topic, endpoint_error
 from explorer.events.instance import AppliedBatch
-from explorer.events.publisher import DEFAULT_BUFFER_STEPS, DEFAULT_HWM
+from explorer.events.publisher import DEFAULT_HWM
 from explorer.events.stream import DEFAULT_REPLAY_TIMEOUT, KVEventStream
-from explorer.events.wire import replay_request_frames
+from explorer.events.wire import DEFAULT_BUFFER_STEPS, replay_request_frames
 
 Socket = zmq.Socket[bytes]
 
@@ -63,6 +63,7 @@ class KVEventSubscriber:
         check_endpoint(endpoint, "--endpoint")
         if replay_endpoint is not None:
             check_endpoint(replay_endpoint, "--replay-endpoint")
+        topic_bytes = check_topic(topic)
         self.endpoint = endpoint
         self.replay_endpoint = replay_endpoint
         self.bind = bind
@@ -80,7 +81,7 @@ class KVEventSubscriber:
             sub = self._sub = self._ctx.socket(zmq.SUB)
             sub.setsockopt(zmq.LINGER, 0)
             sub.setsockopt(zmq.RCVHWM, hwm)
-            sub.setsockopt(zmq.SUBSCRIBE, topic.encode("utf-8"))
+            sub.setsockopt(zmq.SUBSCRIBE, topic_bytes)
             if monitor:
                 self._mon = sub.get_monitor_socket()
             try:

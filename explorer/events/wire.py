@@ -33,6 +33,8 @@ END_SEQ = (-1).to_bytes(8, "big", signed=True)
 
 # A payload larger than this is counted as malformed without being decoded.
 DEFAULT_MAX_PAYLOAD = 64 << 20
+# vLLM's KVEventsConfig.buffer_steps default: the batches a publisher keeps for replay.
+DEFAULT_BUFFER_STEPS = 10_000
 
 
 # ---- frames ------------------------------------------------------------------------------------

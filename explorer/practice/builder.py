@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from explorer.practice.question import Question
+from explorer.scenario.cli import describe_step
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import parse_scenario_dict
 from explorer.scenario.spec import Scenario
@@ -43,13 +44,22 @@ class ScenarioBuilder:
         self.steps: list[dict[str, Any]] = []
         self.tokens: dict[str, list[int]] = {}
         self.extra: dict[str, tuple] = {}
+        self.prompts: dict[int, list[int]] = {}  # step index of an arrive -> its prompt
+        self._seen: list[dict[str, list[int]]] = []  # before each step: every sequence seen so far
 
     def arrive(self, rid: str, tokens: list[int], **kw: Any) -> None:
+        self._seen.append({r: list(t) for r, t in self.tokens.items()})
+        self.prompts[len(self.steps)] = list(tokens)
         self.steps.append({"op": "arrive", "id": rid, "prompt": _spec(tokens), **kw})
         self.tokens[rid] = list(tokens)
         self.extra[rid] = (kw.get("lora"), kw.get("cache_salt"))
 
+    def sequences_before(self, index: int) -> dict[str, list[int]]:
+        """Every request's tokens (prompt and outputs) as they were before step ``index``."""
+        return self._seen[index]
+
     def op(self, op: str, rid: str | None = None, **kw: Any) -> int:
+        self._seen.append({r: list(t) for r, t in self.tokens.items()})
         d: dict[str, Any] = {"op": op, **({"id": rid} if rid is not None else {}), **kw}
         if op in ("sample", "generate") and rid is not None:
             toks = kw["tokens"]
@@ -64,20 +74,51 @@ class ScenarioBuilder:
         )
 
 
-def _describe_op(raw: Mapping[str, Any]) -> str:
-    """A step as the learner sees it before it runs: the op and its inputs, no outcome."""
+def _relation(rid: str, tokens: Sequence[int], earlier: Mapping[str, Sequence[int]]) -> str:
+    """How a prompt relates to the requests before it: "B = A's first 23 tokens + 6 new"."""
+    best, best_n = None, 0
+    for other, toks in earlier.items():
+        n = 0
+        for a, b in zip(tokens, toks):
+            if a != b:
+                break
+            n += 1
+        if n > best_n:
+            best, best_n = other, n
+    if best is None:
+        return f"{rid} shares no leading token with an earlier request"
+    new = len(tokens) - best_n
+    whole = best_n == len(earlier[best])
+    head = f"{best}'s whole {best_n}-token sequence" if whole else f"{best}'s first {best_n} tokens"
+    return f"{rid} = {head}" + (f" + {new} new" if new else " exactly")
+
+
+def _arrival_facts(raw: Mapping[str, Any], index: int, b: ScenarioBuilder) -> str:
+    """What an arriving prompt shares with the requests before it, and its extra keys."""
+    rid = str(raw["id"])
+    earlier = {(f"the earlier {r}" if r == rid else r): t for r, t in b.sequences_before(index).items()}
+    relation = _relation(rid, b.prompts[index], earlier) if earlier else f"{rid} is the first request"
+    extras = [f"LoRA {raw['lora']!r}"] if raw.get("lora") else []
+    if raw.get("cache_salt"):
+        extras.append(f"cache_salt {raw['cache_salt']!r}")
+    return f"{relation}; extra keys: {', '.join(extras) if extras else 'none (no LoRA, cache_salt or image)'}"
+
+
+def _describe_op(raw: Mapping[str, Any], index: int, b: ScenarioBuilder, before: Snapshot) -> str:
+    """A step as the learner sees it before it runs: the op and every input the answer needs
+    (how the prompt relates to earlier ones, its extra keys), no outcome."""
     op, rid = raw["op"], raw.get("id")
     if op == "arrive":
-        extras = []
-        if raw.get("lora"):
-            extras.append(f"LoRA {raw['lora']!r}")
-        if raw.get("cache_salt"):
-            extras.append(f"cache_salt {raw['cache_salt']!r}")
-        from explorer.tokens import spec_length
-
-        n = spec_length(raw["prompt"])
-        return f"{rid} arrives: prompt `{raw['prompt']}` ({n} tokens)" + (f", {', '.join(extras)}" if extras else "")
+        tokens = b.prompts[index]
+        return f"{rid} arrives: prompt `{raw['prompt']}` ({len(tokens)} tokens; {_arrival_facts(raw, index, b)})"
     if op == "admit":
+        req = before.request(rid or "")
+        if req is not None and req.num_computed_tokens > 0:
+            return (
+                f"continue {rid}: its next prefill chunk"
+                + (f" of at most {raw['tokens']} tokens" if "tokens" in raw else "")
+                + f" ({req.num_computed_tokens} of {req.num_tokens} tokens computed; a later chunk does no lookup)"
+            )
         return f"the scheduler admits {rid}" + (
             f" for at most {raw['tokens']} tokens (a prefill chunk)" if "tokens" in raw else ""
         )
@@ -96,12 +137,17 @@ def _describe_op(raw: Mapping[str, Any]) -> str:
     return op
 
 
-def _setup_lines(trace: Trace, upto: int) -> tuple[str, ...]:
-    """The ops before the asked one, each with its outcome (they already happened)."""
-    from explorer.scenario.cli import describe_step
-
+def _setup_lines(trace: Trace, upto: int, b: ScenarioBuilder) -> tuple[str, ...]:
+    """The ops before the asked one, each with its outcome (they already happened); an arrival
+    also says how its prompt relates to the requests before it, and its extra keys."""
     bs = trace.scenario.engine.block_size
-    return tuple(describe_step(s, bs).strip() for s in trace.steps[:upto])
+    lines = []
+    for k, step in enumerate(trace.steps[:upto]):
+        line = describe_step(step, bs).strip()
+        if step.op.op == "arrive":
+            line += f" ({_arrival_facts(trace.scenario.raw_steps[k], k, b)})"
+        lines.append(line)
+    return tuple(lines)
 
 
 def _queue_text(queue: Sequence[int], mark: Callable[[int], str], hashed: Callable[[int], bool]) -> str:
@@ -136,7 +182,9 @@ def _state_lines(snap: Snapshot, bs: int) -> tuple[str, ...]:
             f"Request {r.request_id} ({r.status}): {r.num_tokens} tokens, {r.num_computed_tokens} computed, "
             f"blocks {list(r.block_ids)}"
         )
-    lines.append(f"Block size {bs}.")
+    lines.append(
+        f"Pool: {len(snap.blocks)} blocks (block 0 is the null block, so {len(snap.blocks) - 1} usable), block size {bs}."
+    )
     return tuple(lines)
 
 
@@ -161,9 +209,9 @@ def finish_question(
         seed=seed,
         title=title,
         question=question,
-        setup=_setup_lines(trace, asked),
+        setup=_setup_lines(trace, asked, b),
         state=_state_lines(trace.snapshot_at(asked), b.bs),
-        asked=_describe_op(scenario.raw_steps[asked]),
+        asked=_describe_op(scenario.raw_steps[asked], asked, b, trace.snapshot_at(asked)),
         answer_format=fmt,
         answer=answer_of(step),
         explanation=explain(trace, step),

@@ -74,12 +74,14 @@ class _Table:
             raise self.fail(key, f"expected true or false, got {_show(v)}")
         return v
 
-    def string(
-        self, key: str, default: str | None, choices: Sequence[str] | None = None, max_len: int = 200
-    ) -> str | None:
+    def string(self, key: str, default: str, choices: Sequence[str] | None = None, max_len: int = 200) -> str:
+        v = self.optional_string(key, choices, max_len)
+        return default if v is None else v
+
+    def optional_string(self, key: str, choices: Sequence[str] | None = None, max_len: int = 200) -> str | None:
         v = self._get(key)
         if v is _MISSING:
-            return default
+            return None
         if not isinstance(v, str):
             raise self.fail(key, f"expected a string, got {_show(v)}")
         if choices is not None and v not in choices:
@@ -148,8 +150,8 @@ def parse_fleet_dict(data: Mapping[str, Any], source: str = "<fleet>", limits: L
         instances=t.integer("instances", 4, 1, limits.max_instances),
         block_size=t.integer("block_size", 16, 1, limits.max_block_size),
         num_blocks=t.integer("num_blocks", 1000, 2, limits.max_num_blocks),
-        hash_algo=t.string("hash_algo", "sha256", HASH_ALGOS),  # type: ignore[arg-type]
-        hash_seed=t.string("hash_seed", "", max_len=128),  # type: ignore[arg-type]
+        hash_algo=t.string("hash_algo", "sha256", HASH_ALGOS),
+        hash_seed=t.string("hash_seed", "", max_len=128),
         int_block_hashes=t.boolean("int_block_hashes", True),
     )
     t.done()
@@ -162,7 +164,7 @@ def parse_fleet_dict(data: Mapping[str, Any], source: str = "<fleet>", limits: L
     t = _Table(source, "router", data.get("router"))
     router = RouterSpec(
         load_weight=t.number("load_weight", 8.0, 0.0, 1000.0),
-        tie_break=t.string("tie_break", "least_loaded", TIE_BREAKS),  # type: ignore[arg-type]
+        tie_break=t.string("tie_break", "least_loaded", TIE_BREAKS),
     )
     t.done()
 
@@ -173,7 +175,7 @@ def parse_fleet_dict(data: Mapping[str, Any], source: str = "<fleet>", limits: L
     if prompts and n_prompts != len(prompts):
         raise t.fail("system_prompts", f"is {n_prompts} but {len(prompts)} [[workload.system_prompt]] tables are given")
     workload = WorkloadSpec(
-        kind=kind,  # type: ignore[arg-type]
+        kind=kind,
         seed=t.integer("seed", 7, 0, 2**31 - 1),
         requests=t.integer("requests", 200, 1, limits.max_requests),
         tenants=t.integer("tenants", 2, 1, limits.max_tenants),
@@ -186,7 +188,7 @@ def parse_fleet_dict(data: Mapping[str, Any], source: str = "<fleet>", limits: L
         think_ms=t.number("think_ms", 1500.0, 0.0, 1e8),
         decode_ms=t.number("decode_ms", 20.0, 0.0, 1e4),
         prompts=prompts,
-        trace=t.string("trace", "shipped", ("shipped", "upload")),  # type: ignore[arg-type]
+        trace=t.string("trace", "shipped", ("shipped", "upload")),
         trace_outputs=t.boolean("trace_outputs", False),
     )
     t.done()
@@ -195,7 +197,7 @@ def parse_fleet_dict(data: Mapping[str, Any], source: str = "<fleet>", limits: L
     algo = t.string("router_hash_algo", "", ("",) + HASH_ALGOS)
     failures = FailureSpec(
         router_hash_algo=algo or "",
-        router_hash_seed=t.string("router_hash_seed", None, max_len=128),
+        router_hash_seed=t.optional_string("router_hash_seed", max_len=128),
         router_block_size=t.integer("router_block_size", 0, 0, limits.max_block_size),
         router_wrong_hash_form=t.boolean("router_wrong_hash_form", False),
         xxhash_unshared_seed=t.boolean("xxhash_unshared_seed", False),

@@ -10,9 +10,10 @@ import argparse
 import json
 import sys
 
+from explorer.numbers import counted
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario
-from explorer.scenario.trace import Step, Trace
+from explorer.scenario.trace import EngineStepRecord, Step, Trace
 
 
 def id_ranges(ids) -> str:
@@ -33,31 +34,39 @@ def describe_step(step: Step, block_size: int) -> str:
     """One line per step: what happened, with the numbers."""
     op = step.op
     who = f" {op.id}" if op.id is not None else ""
-    head = f"{op.index + 1:>3}. {op.op}{who}"
+    # A later prefill chunk only continues: no lookup, no stats.
+    name = "continue" if op.op == "admit" and step.lookup is None else op.op
+    head = f"{op.index + 1:>3}. {name}{who}"
     parts: list[str] = []
     snap = step.snapshot
     assert snap is not None, "the text form describes a recorded replay"
     if op.op == "arrive":
         req = snap.request(op.id or "")
         n = req.num_tokens if req else len(op.prompt)
-        parts.append(f"{n} tokens, {len(step.hashed)} full blocks hashed, {n % block_size} tokens in the partial tail")
+        parts.append(
+            f"{counted(n, 'token')}, {counted(len(step.hashed), 'full block')} hashed, "
+            f"{counted(n % block_size, 'token')} in the partial tail"
+        )
     if step.lookup is not None:
         lk = step.lookup
         parts.append(
             f"lookup skipped ({lk.skipped})"
             if lk.skipped
-            else f"hit {lk.hit_tokens} tokens (cap {lk.cap_blocks} blocks)"
+            else f"hit {counted(lk.hit_tokens, 'token')} (cap {counted(lk.cap_blocks, 'block')})"
         )
     if op.op == "generate":
-        parts.append(f"{len(step.admissions)} decode allocations" + ("" if step.ok else " (the last failed: NO ROOM)"))
+        parts.append(
+            counted(len(step.admissions), "decode allocation") + ("" if step.ok else " (the last failed: NO ROOM)")
+        )
     else:
         for a in step.admissions:
             verdict = "ok" if a.ok else "NO ROOM"
+            whole = "whole sequence: " if a.full_sequence else ""
             parts.append(
-                f"need {a.num_new_blocks} new + {a.num_evictable_hit_blocks} free hit = {a.num_required_blocks} of {a.num_free_blocks} free: {verdict}"
+                f"{whole}need {a.num_new_blocks} new + {a.num_evictable_hit_blocks} free hit = {a.num_required_blocks} of {a.num_free_blocks} free: {verdict}"
             )
     if op.op in ("sample", "generate") and step.hashed:
-        parts.append(f"{len(step.hashed)} new block hashes")
+        parts.append(f"{counted(len(step.hashed), 'new block hash', 'new block hashes')}")
     if step.new_block_ids:
         parts.append(f"new blocks {id_ranges(step.new_block_ids)}")
     if step.evicted:
@@ -73,14 +82,32 @@ def describe_step(step: Step, block_size: int) -> str:
             if ids:
                 where = {"front": "to the queue front", "back": "to the queue back", "held": "still held"}[to]
                 parts.append(f"freed {id_ranges(ids)} {where}")
+    es = step.engine_step
+    if es is not None:
+        parts.append(describe_batch(es))
     if step.preempted:
         parts.append(f"preempted {list(step.preempted)}")
+    if es is not None and es.outputs:
+        parts.append("sampled " + ", ".join(f"{rid} {list(toks)}" for rid, toks in es.outputs.items()))
+    if es is not None and es.finished:
+        parts.append(f"finished {list(es.finished)}")
     if op.op == "reset":
         parts.append("cache reset" if step.ok else "reset REFUSED (blocks still in use)")
     if step.events:
         parts.append("events " + ", ".join(type(e).__name__ for e in step.events))
     parts.append(f"free {snap.num_free_blocks}")
     return head + ": " + "; ".join(parts)
+
+
+def describe_batch(es: EngineStepRecord) -> str:
+    """An engine step's batch: each request's tokens, prefill chunk or sampling, and whether
+    the update ran (async: not while the batch queue fills)."""
+    if not es.scheduled and es.step_stats is None:
+        return "nothing scheduled, no update"
+    kinds = {b.request_id: "prefill chunk" if b.is_prefill_chunk else "samples" for b in es.batch}
+    batch = ", ".join(f"{rid} {n}" + (f" ({kinds[rid]})" if rid in kinds else "") for rid, n in es.scheduled.items())
+    head = f"batch of {sum(es.scheduled.values())} tokens: {batch}" if es.scheduled else "empty batch"
+    return head + ("" if es.step_stats is not None else "; no update yet (the batch queue fills)")
 
 
 def render_text(trace: Trace) -> str:
@@ -96,7 +123,8 @@ def render_text(trace: Trace) -> str:
     st = trace.final.stats
     rate = st["hits"] / st["queries"] if st["queries"] else 0.0
     lines.append(
-        f"stats: {st['requests']} requests, {st['queries']} query tokens, {st['hits']} hit tokens ({rate:.1%})"
+        f"stats: {counted(st['requests'], 'request')}, {counted(st['queries'], 'query token')}, "
+        f"{counted(st['hits'], 'hit token')} ({rate:.1%})"
     )
     return "\n".join(lines)
 

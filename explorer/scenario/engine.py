@@ -2,7 +2,7 @@
 
 `ScenarioEngine` turns each op of design section 3 into the manager-level calls of
 `RequestSteps` (explorer/core/sched/request_steps.py), the one place that makes them in vLLM's
-scheduler order. With ``record=True`` a `StepRecorder` observes the core and keeps what it
+scheduler order. An engine-step scenario (design section 7) is replayed by engine_steps.py. With ``record=True`` a `StepRecorder` observes the core and keeps what it
 reports for the panels, and every step keeps a snapshot of the pool; with ``record=False``
 (tools, `run --json`, benchmarks) there is no observer and only the steps that carry an
 `expect`, plus the final state, are snapshotted. The web app never mutates an engine: it
@@ -11,117 +11,30 @@ replays to step k and renders that snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from explorer.core.hashing import BlockHash, HashContext, init_none_hash
 from explorer.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
-from explorer.core.kv_cache_observer import AdmissionCheck, FreedTo, KVCacheObserver
-from explorer.core.kv_cache_utils import generate_block_hash_extra_keys, get_request_block_hasher
 from explorer.core.metrics import CachingMetrics, PrefixCacheStats
 from explorer.core.request import LoRARequest, MultiModalFeature, Request, RequestStatus
 from explorer.core.sched.request_steps import RequestSteps
-from explorer.errors import BadInput
-from explorer.scenario.spec import Op, Scenario
-from explorer.scenario.trace import (
-    CacheCall,
-    CachedBlock,
-    Freed,
-    HashedBlock,
-    Lookup,
-    RequestView,
-    Snapshot,
-    Step,
-    Trace,
-    with_expectations,
-)
-
-# The replay JSON's per-request block ids are the first KV cache group's (design sections 5, 8).
-GROUP_0 = 0
-
-
-class StepError(BadInput):
-    pass
-
-
-class StepRecorder(KVCacheObserver):
-    """Keeps what the core reports during one op, in the terms the panels draw."""
-
-    def __init__(self, block_size: int) -> None:
-        self.block_size = block_size
-        self.clear()
-
-    def clear(self) -> None:
-        self.lookup: Lookup | None = None
-        self.probes: list[tuple[int, bool, int | None]] = []
-        self.admissions: list[AdmissionCheck] = []
-        self.cache_calls: list[CacheCall] = []
-        self.touched: list[int] = []
-        self.touched_from_free: list[int] = []
-        self.evicted: list[tuple[int, bytes]] = []
-        self.cached: list[CachedBlock] = []
-        self.freed: list[Freed] = []
-
-    def on_lookup(self, request_id: str, num_tokens: int, max_cache_hit_length: int, num_hit_tokens: int) -> None:
-        cap = max_cache_hit_length // self.block_size
-        self.lookup = Lookup(num_tokens, cap, tuple(self.probes), num_hit_tokens)
-
-    def on_lookup_skipped(self, request_id: str, num_tokens: int, reason: str) -> None:
-        self.lookup = Lookup(num_tokens, 0, (), 0, reason)
-
-    def on_lookup_probe(self, group_id: int, block_index: int, block_id: int | None) -> None:
-        self.probes.append((block_index, block_id is not None, block_id))
-
-    def on_admission_check(self, check: AdmissionCheck) -> None:
-        self.admissions.append(check)
-
-    def on_touch(self, block_id: int, left_free_queue: bool) -> None:
-        self.touched.append(block_id)
-        if left_free_queue:
-            self.touched_from_free.append(block_id)
-
-    def on_pop(self, block_id: int, evicted_hash: BlockHash | None) -> None:
-        if evicted_hash is not None:
-            self.evicted.append((block_id, bytes(evicted_hash)))
-
-    def on_cache_blocks(self, request_id: str, group_id: int, num_tokens: int, num_cached_blocks: int) -> None:
-        self.cache_calls.append(CacheCall(group_id, num_tokens, num_cached_blocks))
-
-    def on_cache(self, block_id: int, block_index: int, block_hash: BlockHash, duplicates: tuple[int, ...]) -> None:
-        self.cached.append(CachedBlock(block_id, block_index, bytes(block_hash), duplicates))
-
-    def on_free(self, block_id: int, ref_cnt: int, freed_to: FreedTo) -> None:
-        self.freed.append(Freed(block_id, ref_cnt, freed_to.value))
-
-    def records(self) -> dict[str, Any]:
-        """The step fields recorded since `clear`."""
-        return {
-            "lookup": self.lookup,
-            "admissions": tuple(self.admissions),
-            "cache_calls": tuple(self.cache_calls),
-            "touched": tuple(self.touched),
-            "touched_from_free": tuple(self.touched_from_free),
-            "evicted": tuple(self.evicted),
-            "cached": tuple(self.cached),
-            "freed": tuple(self.freed),
-        }
+from explorer.scenario.budget import check_replay_budget
+from explorer.scenario.engine_steps import EngineStepReplay, replay_engine_steps
+from explorer.scenario.recorder import GROUP_0, StepError, StepRecorder, block_hasher, hashed_since
+from explorer.scenario.snapshot import Snapshots
+from explorer.scenario.spec import CLI_LIMITS, Limits, Op, Scenario
+from explorer.scenario.trace import HashedBlock, Snapshot, Step, Trace, with_expectations
 
 
 class ScenarioEngine:
     """A KV cache manager plus the requests of a scenario, driven op by op."""
 
     def __init__(self, scenario: Scenario, hash_seed: str | None = None, record: bool = True) -> None:
+        if scenario.sched is not None:
+            raise ValueError("an engine-step scenario is replayed by EngineStepReplay (see engine_for)")
         self.scenario = scenario
         self.record = record
         cfg = scenario.engine
-        self.ctx: HashContext | None = None
-        self.hasher: Callable[[Request], list[BlockHash]] | None = None
-        if cfg.enable_prefix_caching:
-            # `hash_seed` overrides the scenario's: the resolved (maybe drawn) seed of an earlier
-            # replay, so that replaying again gives the same hashes.
-            seed = hash_seed if hash_seed is not None else (cfg.hash_seed or None)
-            self.ctx = init_none_hash(cfg.hash_algo, seed)
-            self.hasher = get_request_block_hasher(cfg.block_size, self.ctx)
+        self.ctx, self.hasher = block_hasher(cfg, hash_seed)
         self.recorder = StepRecorder(cfg.block_size) if record else None
         self.manager = KVCacheManager(
             cfg.num_blocks,
@@ -134,6 +47,7 @@ class ScenarioEngine:
             observer=self.recorder,
         )
         self.sched = RequestSteps(self.manager)
+        self._snapshots = Snapshots(self.manager, GROUP_0)
         self.requests: dict[str, Request] = {}  # live (not finished), in arrival order
         self.totals = PrefixCacheStats()
         self.window = CachingMetrics()
@@ -165,6 +79,7 @@ class ScenarioEngine:
             snapshot=self.snapshot() if self.record or op.expect else None,
             hit_tokens=out.get("hit_tokens"),
             new_block_ids=None if new_ids is None else tuple(new_ids),
+            num_sampled=out.get("num_sampled"),
             hashed=out.get("hashed", ()),
             preempted=tuple(out.get("preempted", ())),
             **(self.recorder.records() if self.recorder is not None else {}),
@@ -183,15 +98,7 @@ class ScenarioEngine:
         return req
 
     def _hashed_since(self, req: Request, n_before: int) -> tuple[HashedBlock, ...]:
-        if not self.record:
-            return ()
-        bs = self.scenario.engine.block_size
-        return tuple(
-            HashedBlock(
-                i, i * bs, (i + 1) * bs, req.block_hashes[i], generate_block_hash_extra_keys(req, i * bs, (i + 1) * bs)
-            )
-            for i in range(n_before, len(req.block_hashes))
-        )
+        return hashed_since(req, n_before, self.scenario.engine.block_size) if self.record else ()
 
     def _check_growth(self, op: Op, req: Request, extra: int) -> None:
         limit = self.scenario.engine.max_model_len
@@ -250,6 +157,7 @@ class ScenarioEngine:
         n_before = len(req.block_hashes)
         for t in tokens:
             req.append_output_token_ids(t)
+        out["num_sampled"] = len(tokens)
         out["hashed"] = self._hashed_since(req, n_before)
 
     def _op_decode(self, op: Op, out: dict[str, Any]) -> None:
@@ -268,6 +176,7 @@ class ScenarioEngine:
         self._check_growth(op, req, len(tokens))
         n_before = len(req.block_hashes)
         new_ids: list[int] = []
+        out["num_sampled"] = 0
         for t in tokens:
             if req.num_tokens > req.num_computed_tokens:
                 new_blocks = self.sched.compute_pending(req)
@@ -276,6 +185,7 @@ class ScenarioEngine:
                     break
                 new_ids.extend(self._ids(new_blocks))
             req.append_output_token_ids(t)
+            out["num_sampled"] += 1
         out["new_block_ids"] = new_ids
         out["hashed"] = self._hashed_since(req, n_before)
 
@@ -313,45 +223,38 @@ class ScenarioEngine:
         )
 
     def snapshot(self) -> Snapshot:
-        pool = self.manager.block_pool
-        mgr = self.manager
-        blocks = tuple((b.ref_cnt, None if b.block_hash is None else bytes(b.block_hash[:-4])) for b in pool.blocks)
-        return Snapshot(
-            blocks=blocks,
-            free_queue=tuple(b.block_id for b in pool.free_block_queue.get_all_free_blocks()),
-            cached=tuple(
-                (bytes(k[:-4]), tuple(b.block_id for b in bl)) for k, bl in pool.cached_block_hash_to_block.items()
-            ),
-            requests=tuple(
-                RequestView(
-                    r.request_id,
-                    r.status.value,
-                    r.num_tokens,
-                    r.num_prompt_tokens,
-                    r.num_computed_tokens,
-                    tuple(mgr.get_blocks(r.request_id).get_block_ids_of_group(GROUP_0)),
-                    tuple(r.block_hashes),
-                    r.lora_request.name if r.lora_request else None,
-                    r.cache_salt,
-                    r.prompt_logprobs,
-                    r.num_preemptions,
-                )
-                for r in self.requests.values()
-            ),
-            stats=self.totals.as_dict(),
-            window_hit_rate=self.window.hit_rate,
-            window_requests=self.window.aggregated_requests,
-        )
+        """The pool and the live requests now (sharing what did not change since the last one)."""
+        return self._snapshots.take(self.requests.values(), self.totals.as_dict(), self.window)
 
 
-def replay(scenario: Scenario, hash_seed: str | None = None, upto: int | None = None, record: bool = True) -> Trace:
+def engine_for(
+    scenario: Scenario, hash_seed: str | None = None, record: bool = True
+) -> ScenarioEngine | EngineStepReplay:
+    """The engine that replays ``scenario`` op by op: manager-level or engine steps (both have
+    ``apply``, ``snapshot`` and ``trace``)."""
+    if scenario.sched is not None:
+        return EngineStepReplay(scenario, hash_seed, record)
+    return ScenarioEngine(scenario, hash_seed, record)
+
+
+def replay(
+    scenario: Scenario,
+    hash_seed: str | None = None,
+    upto: int | None = None,
+    record: bool = True,
+    limits: Limits = CLI_LIMITS,
+) -> Trace:
     """Replay ``scenario`` (its first ``upto`` steps, or all) into a Trace.
 
     ``hash_seed`` replaces the scenario's seed; pass ``trace.hash_seed`` of an earlier replay
     to reproduce a drawn xxhash seed. ``record=False`` is a lean replay (tools, benchmarks):
     steps carry their outcome and events but no snapshot or panel records, and only the final
-    state is kept; ``to_json()`` is the same as a full replay's.
+    state is kept; ``to_json()`` is the same as a full replay's. A replay whose snapshots would
+    hold more than ``limits.max_snapshot_cells`` block entries is refused before it starts.
     """
+    check_replay_budget(scenario, limits, record, upto)
+    if scenario.sched is not None:
+        return replay_engine_steps(scenario, hash_seed, upto, record)
     engine = ScenarioEngine(scenario, hash_seed, record=record)
     initial = engine.snapshot()
     ops = scenario.ops if upto is None else scenario.ops[:upto]

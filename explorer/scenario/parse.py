@@ -12,16 +12,22 @@ Every error is a `BadInput` naming the file, the step and the field, e.g.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from explorer.core.hashing import HASH_ALGOS
 from explorer.errors import BadInput, read_user_file
+from explorer.scenario.budget import SizeBudget
 from explorer.scenario.spec import (
     CLI_LIMITS,
     ENGINE_DEFAULTS,
     EXPECT_KEYS,
+    EXPECT_TYPES,
+    MAX_BLOCK_SIZE,
+    MAX_MODEL_LEN,
     OP_KEYS,
     OPS,
     EngineConfig,
@@ -31,6 +37,7 @@ from explorer.scenario.spec import (
     Op,
     Scenario,
 )
+from explorer.scenario.step_spec import SCHED_DEFAULTS, is_engine_step_scenario, kind_error, parse_sched
 from explorer.tokens import parse_token_list, spec_length
 from explorer.toml_read import loads_toml
 
@@ -47,9 +54,17 @@ class _Ctx:
         return BadInput(f"{self.source}: {where}: {msg}")
 
 
+def _show(value: Any) -> str:
+    """A value for a message: its repr, cut short (a TOML date or time by its ISO form)."""
+    if isinstance(value, (datetime.date, datetime.time)):  # datetime.datetime is a date
+        return f"the TOML date/time {value.isoformat()}"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _int(ctx: _Ctx, where: str, value: Any, lo: int, hi: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ctx.fail(where, f"expected an integer, got {value!r}")
+        raise ctx.fail(where, f"expected an integer, got {_show(value)}")
     if value < lo or (hi is not None and value > hi):
         rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
         raise ctx.fail(where, f"{value} is out of range: expected an integer {rng}")
@@ -58,15 +73,19 @@ def _int(ctx: _Ctx, where: str, value: Any, lo: int, hi: int | None = None) -> i
 
 def _bool(ctx: _Ctx, where: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise ctx.fail(where, f"expected true or false, got {value!r}")
+        raise ctx.fail(where, f"expected true or false, got {_show(value)}")
     return value
 
 
 def _str(ctx: _Ctx, where: str, value: Any, allow_empty: bool = True) -> str:
     if not isinstance(value, str):
-        raise ctx.fail(where, f"expected a string, got {value!r}")
+        raise ctx.fail(where, f"expected a string, got {_show(value)}")
     if not allow_empty and not value:
         raise ctx.fail(where, "must not be empty")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:  # a lone surrogate: no TOML file, hash or event can hold it
+        raise ctx.fail(where, f"not valid Unicode text (a lone surrogate at character {e.start})") from None
     return value
 
 
@@ -75,13 +94,14 @@ def _engine(ctx: _Ctx, raw: Any, limits: Limits) -> EngineConfig:
         raw = {}
     if not isinstance(raw, Mapping):
         raise ctx.fail("engine", "expected a table")
-    unknown = set(raw) - set(ENGINE_DEFAULTS)
+    unknown = set(raw) - set(ENGINE_DEFAULTS) - set(SCHED_DEFAULTS)
     if unknown:
-        raise ctx.fail("engine", f"unknown key {sorted(unknown)[0]!r} (known: {', '.join(ENGINE_DEFAULTS)})")
+        known = ", ".join([*ENGINE_DEFAULTS, *SCHED_DEFAULTS])
+        raise ctx.fail("engine", f"unknown key {sorted(unknown)[0]!r} (known: {known})")
     v = {**ENGINE_DEFAULTS, **raw}
-    block_size = _int(ctx, "engine.block_size", v["block_size"], 1, 1 << 16)
+    block_size = _int(ctx, "engine.block_size", v["block_size"], 1, MAX_BLOCK_SIZE)
     num_blocks = _int(ctx, "engine.num_blocks", v["num_blocks"], 2, limits.max_blocks)
-    max_model_len = _int(ctx, "engine.max_model_len", v["max_model_len"], 1)
+    max_model_len = _int(ctx, "engine.max_model_len", v["max_model_len"], 1, MAX_MODEL_LEN)
     algo = _str(ctx, "engine.hash_algo", v["hash_algo"])
     if algo not in HASH_ALGOS:
         raise ctx.fail("engine.hash_algo", f"unknown hash algorithm {algo!r} (expected one of {', '.join(HASH_ALGOS)})")
@@ -97,14 +117,18 @@ def _engine(ctx: _Ctx, raw: Any, limits: Limits) -> EngineConfig:
     )
 
 
-def _tokens(ctx: _Ctx, where: str, value: Any, cap: int, cap_name: str) -> tuple[int, ...]:
-    """A token spec or int array, its length checked against ``cap`` before expansion."""
+def _tokens(ctx: _Ctx, where: str, value: Any, budget: SizeBudget, op: str, rid: str) -> tuple[int, ...]:
+    """A token spec or int array, its length counted against the caps (per op, in all, full
+    blocks) before anything is expanded."""
     try:
         if isinstance(value, str):
             n = spec_length(value)
-            if n > cap:
-                raise BadInput(f"expands to {n:,} tokens, more than {cap_name} = {cap:,}")
-        return tuple(parse_token_list(value, "tokens", max_tokens=cap))
+        elif isinstance(value, (list, tuple)):
+            n = len(value)
+        else:
+            raise BadInput(f"expected a token spec string or an array of ints, got {type(value).__name__}")
+        budget.take_tokens(op, rid, n)
+        return tuple(parse_token_list(value, "tokens", max_tokens=n))
     except BadInput as e:
         raise ctx.fail(where, str(e)) from None
 
@@ -163,36 +187,79 @@ def _expect(ctx: _Ctx, where: str, op: str, raw: Any) -> dict[str, Any]:
     if not isinstance(raw, Mapping):
         raise ctx.fail(f"{where}.expect", "expected a table")
     allowed = EXPECT_KEYS[op]
-    for key in raw:
+    for key, value in raw.items():
         if key not in allowed:
             raise ctx.fail(
-                f"{where}.expect.{key}", f"`{op}` does not report {key!r} (it can expect: {', '.join(sorted(allowed))})"
+                f"{where}.expect.{_show(key)[1:-1]}",
+                f"`{op}` does not report {_show(key)} (it can expect: {', '.join(sorted(allowed))})",
             )
+        kind = EXPECT_TYPES[key]
+        if not _is_kind(value, kind):
+            # A TOML datetime, float or table can never equal what the op reports: refused here
+            # rather than failing every replay (and it could not be written back out).
+            raise ctx.fail(f"{where}.expect.{key}", f"expected {kind}, got {_show(value)}")
+        if kind.startswith("an array") and len(value) > 1 << 20:
+            raise ctx.fail(f"{where}.expect.{key}", f"{len(value):,} items, more than can be reported")
     return dict(raw)
 
 
-def _step(ctx: _Ctx, i: int, raw: Any, engine: EngineConfig, loras: _LoraRegistry, limits: Limits) -> Op:
+def _is_kind(value: Any, kind: str) -> bool:
+    if kind == "true or false":
+        return isinstance(value, bool)
+    if kind == "an integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if not isinstance(value, list):
+        return False
+    if kind == "an array of strings":
+        return all(isinstance(x, str) for x in value)
+    return all(isinstance(x, int) and not isinstance(x, bool) for x in value)
+
+
+def _step(ctx: _Ctx, i: int, raw: Any, loras: _LoraRegistry, budget: SizeBudget, engine_steps: bool = False) -> Op:
     if not isinstance(raw, Mapping):
         raise ctx.fail(f"step {i + 1}", "expected a table")
     op = raw.get("op")
-    if op not in OPS:
-        raise ctx.fail(f"step {i + 1}", f"op: unknown op {op!r} (expected one of {', '.join(OPS)})")
+    if not isinstance(op, str) or op not in OPS:
+        raise ctx.fail(f"step {i + 1}", f"op: unknown op {_show(op)} (expected one of {', '.join(OPS)})")
     rid = raw.get("id")
-    label = f"step {i + 1} ({op}{'' if rid is None else ' ' + str(rid)})"
+    who = "" if rid is None else " " + (rid if isinstance(rid, str) and len(rid) <= 40 else _show(rid))
+    label = f"step {i + 1} ({op}{who})"
+    wrong_kind = kind_error(op, set(raw), engine_steps)
+    if wrong_kind is not None:
+        raise ctx.fail(f"{label}: {wrong_kind[0]}", wrong_kind[1])
     unknown = set(raw) - OP_KEYS[op] - {"op", "note", "expect"}
     if unknown:
         raise ctx.fail(
-            label, f"{sorted(unknown)[0]}: unknown key for `{op}` (it takes: {', '.join(sorted(OP_KEYS[op]))})"
+            label,
+            f"{_show(sorted(map(str, unknown))[0])}: unknown key for `{op}` (it takes: {', '.join(sorted(OP_KEYS[op]))})",
         )
+    try:
+        budget.take_op(op, rid if isinstance(rid, str) else None)
+    except BadInput as e:
+        raise ctx.fail(label, str(e)) from None
     note = _str(ctx, f"{label}: note", raw["note"]) if "note" in raw else None
     expect = _expect(ctx, label, op, raw.get("expect", {}))
     if op == "reset":
-        return Op(i, op, running=_bool(ctx, f"{label}: running", raw.get("running", False)), note=note, expect=expect)
+        running = _bool(ctx, f"{label}: running", raw.get("running", False))
+        external = _bool(ctx, f"{label}: external", raw.get("external", False)) if engine_steps else None
+        return Op(i, op, running=running, external=external, note=note, expect=expect)
+    if op == "step":
+        return Op(i, op, note=note, expect=expect)
     if "id" not in raw:
         raise ctx.fail(label, "id: missing request id")
     rid = _str(ctx, f"{label}: id", rid, allow_empty=False)
     if op == "arrive":
-        return _arrive(ctx, i, label, raw, rid, engine, loras, limits, note, expect)
+        arrive = _arrive(ctx, i, label, raw, rid, loras, budget, note, expect)
+        if not engine_steps:
+            return arrive
+        output = _tokens(ctx, f"{label}: output", raw["output"], budget, "sample", rid)
+        if not output:
+            raise ctx.fail(f"{label}: output", "no tokens (max_tokens = len(output) must be at least 1)")
+        cap = budget.engine.max_model_len
+        if len(arrive.prompt) + len(output) > cap:
+            n = len(arrive.prompt) + len(output)
+            raise ctx.fail(f"{label}: output", f"prompt + output = {n:,} tokens, more than max_model_len = {cap:,}")
+        return replace(arrive, output=output)
     if op == "admit":
         tokens = _int(ctx, f"{label}: tokens", raw["tokens"], 1) if "tokens" in raw else None
         return Op(i, op, rid, tokens=tokens, note=note, expect=expect)
@@ -204,22 +271,20 @@ def _step(ctx: _Ctx, i: int, raw: Any, engine: EngineConfig, loras: _LoraRegistr
                 f"{label}: tokens",
                 'a bare integer is ambiguous: write a token spec string like "7" or an array like [7]',
             )
-        toks = _tokens(ctx, f"{label}: tokens", raw["tokens"], engine.max_model_len, "max_model_len")
+        toks = _tokens(ctx, f"{label}: tokens", raw["tokens"], budget, op, rid)
         if not toks:
             raise ctx.fail(f"{label}: tokens", "no tokens")
         return Op(i, op, rid, tokens=toks, note=note, expect=expect)
     return Op(i, op, rid, note=note, expect=expect)
 
 
-def _arrive(ctx, i, label, raw, rid, engine, loras, limits, note, expect) -> Op:
-    cap = min(engine.max_model_len, limits.max_prompt_tokens)
-    cap_name = "max_model_len" if cap == engine.max_model_len else "the prompt limit"
+def _arrive(ctx, i, label, raw, rid, loras, budget: SizeBudget, note, expect) -> Op:
     has_prompt, has_text = "prompt" in raw, "text" in raw
     if has_prompt == has_text:
         raise ctx.fail(label, "prompt: give exactly one of `prompt` (token spec or ints) and `text`")
     text = None
     if has_prompt:
-        prompt = _tokens(ctx, f"{label}: prompt", raw["prompt"], cap, cap_name)
+        prompt = _tokens(ctx, f"{label}: prompt", raw["prompt"], budget, "arrive", rid)
     else:
         text = _str(ctx, f"{label}: text", raw["text"])
         try:
@@ -228,8 +293,10 @@ def _arrive(ctx, i, label, raw, rid, engine, loras, limits, note, expect) -> Op:
             prompt = tuple(encode_text(text))
         except BadInput as e:
             raise ctx.fail(f"{label}: text", str(e)) from None
-        if len(prompt) > cap:
-            raise ctx.fail(f"{label}: text", f"tokenizes to {len(prompt):,} tokens, more than {cap_name} = {cap:,}")
+        try:
+            budget.take_tokens("arrive", rid, len(prompt))
+        except BadInput as e:
+            raise ctx.fail(f"{label}: text", f"tokenizes to {len(prompt):,} tokens: {e}") from None
     if not prompt:
         raise ctx.fail(f"{label}: prompt", "empty prompt (vLLM refuses it too)")
     lora = None
@@ -261,14 +328,16 @@ class StepParser:
     """Validates steps one at a time, exactly as a scenario file's steps are validated (LoRA
     ids carry over from step to step). The random scenario generator builds through it."""
 
-    def __init__(self, source: str, engine: EngineConfig, limits: Limits = CLI_LIMITS) -> None:
+    def __init__(
+        self, source: str, engine: EngineConfig, limits: Limits = CLI_LIMITS, engine_steps: bool = False
+    ) -> None:
         self._ctx = _Ctx(source)
-        self._engine = engine
-        self._limits = limits
         self._loras = _LoraRegistry()
+        self.budget = SizeBudget(engine, limits)
+        self._engine_steps = engine_steps
 
     def parse(self, index: int, raw: Any) -> Op:
-        return _step(self._ctx, index, raw, self._engine, self._loras, self._limits)
+        return _step(self._ctx, index, raw, self._loras, self.budget, self._engine_steps)
 
 
 def parse_scenario_dict(data: Mapping[str, Any], source: str = "<scenario>", limits: Limits = CLI_LIMITS) -> Scenario:
@@ -277,8 +346,12 @@ def parse_scenario_dict(data: Mapping[str, Any], source: str = "<scenario>", lim
         raise ctx.fail("top level", "expected a table")
     unknown = set(data) - {"title", "description", "engine", "steps"}
     if unknown:
-        raise ctx.fail("top level", f"unknown key {sorted(unknown)[0]!r} (known: title, description, engine, steps)")
-    title = _str(ctx, "title", data.get("title", Path(source).stem))
+        raise ctx.fail(
+            "top level", f"unknown key {_show(sorted(map(str, unknown))[0])} (known: title, description, engine, steps)"
+        )
+    # The default title is the file's name, whose undecodable bytes (if any) become U+FFFD.
+    stem = Path(source).stem.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    title = _str(ctx, "title", data.get("title", stem))
     description = _str(ctx, "description", data.get("description", ""))
     engine = _engine(ctx, data.get("engine"), limits)
     steps = data.get("steps", [])
@@ -286,12 +359,11 @@ def parse_scenario_dict(data: Mapping[str, Any], source: str = "<scenario>", lim
         raise ctx.fail("steps", "expected an array of tables ([[steps]])")
     if len(steps) > limits.max_steps:
         raise ctx.fail("steps", f"{len(steps):,} steps, more than the limit {limits.max_steps:,}")
-    parser = StepParser(source, engine, limits)
+    engine_steps = is_engine_step_scenario(steps)
+    sched = parse_sched(ctx.fail, data.get("engine"), engine_steps, engine.max_model_len)
+    parser = StepParser(source, engine, limits, engine_steps)
     ops = tuple(parser.parse(i, s) for i, s in enumerate(steps))
-    total = sum(len(o.prompt) + (len(o.tokens) if isinstance(o.tokens, tuple) else 0) for o in ops)
-    if total > limits.max_total_tokens:
-        raise ctx.fail("steps", f"{total:,} tokens in all, more than the limit {limits.max_total_tokens:,}")
-    return Scenario(title, engine, ops, source, description, tuple(dict(s) for s in steps))
+    return Scenario(title, engine, ops, source, description, tuple(dict(s) for s in steps), sched)
 
 
 def parse_scenario_text(text: str, source: str = "<scenario>", limits: Limits = CLI_LIMITS) -> Scenario:
@@ -299,10 +371,14 @@ def parse_scenario_text(text: str, source: str = "<scenario>", limits: Limits = 
 
 
 def load_scenario(path: str | Path, limits: Limits = CLI_LIMITS) -> Scenario:
-    return parse_scenario_bytes(read_user_file(path, "scenario file"), str(path), limits)
+    return parse_scenario_bytes(read_user_file(path, "scenario file", limits.max_file_bytes), str(path), limits)
 
 
 def parse_scenario_bytes(raw: bytes, source: str, limits: Limits = CLI_LIMITS) -> Scenario:
+    if len(raw) > limits.max_file_bytes:
+        raise BadInput(
+            f"{source}: {len(raw):,} bytes is more than the {limits.max_file_bytes:,}-byte limit for a scenario"
+        )
     if b"\x00" in raw:
         raise BadInput(f"{source}: not a text file")
     try:
@@ -312,15 +388,15 @@ def parse_scenario_bytes(raw: bytes, source: str, limits: Limits = CLI_LIMITS) -
     return parse_scenario_text(text, source, limits)
 
 
-def with_engine(scenario: Scenario, **changes: Any) -> Scenario:
-    """The same steps under other engine settings (re-validated)."""
+def with_engine(scenario: Scenario, limits: Limits = CLI_LIMITS, **changes: Any) -> Scenario:
+    """The same steps under other engine settings (re-validated, under ``limits``)."""
     raw: dict[str, Any] = {
         "title": scenario.title,
         "description": scenario.description,
-        "engine": {**scenario.engine.as_dict(), **changes},
+        "engine": {**scenario.engine_dict(), **changes},
         "steps": [dict(s) for s in scenario.raw_steps],
     }
-    return parse_scenario_dict(raw, scenario.source)
+    return parse_scenario_dict(raw, scenario.source, limits)
 
 
 def with_steps(scenario: Scenario, extra_steps: Sequence[Mapping[str, Any]], limits: Limits = CLI_LIMITS) -> Scenario:
@@ -328,7 +404,7 @@ def with_steps(scenario: Scenario, extra_steps: Sequence[Mapping[str, Any]], lim
     raw: dict[str, Any] = {
         "title": scenario.title,
         "description": scenario.description,
-        "engine": scenario.engine.as_dict(),
+        "engine": scenario.engine_dict(),
         "steps": [dict(s) for s in scenario.raw_steps] + [dict(s) for s in extra_steps],
     }
     return parse_scenario_dict(raw, scenario.source, limits)

@@ -7,19 +7,24 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from explorer.core.hashing import resolve_none_hash_seed
+from explorer.scenario.step_spec import STEP_EXPECT_KEYS, SchedSpec
 
-OPS = ("arrive", "admit", "sample", "decode", "generate", "finish", "preempt", "reset")
+# Engine-step scenarios (design section 7) add `step` and `abort`; step_spec.py says which op
+# and key belongs to which kind of scenario.
+OPS = ("arrive", "admit", "sample", "decode", "generate", "finish", "preempt", "reset", "step", "abort")
 
 # Keys each op accepts besides `op`, `note` and `expect`.
 OP_KEYS: dict[str, frozenset[str]] = {
-    "arrive": frozenset({"id", "prompt", "text", "lora", "lora_path", "cache_salt", "mm", "prompt_logprobs"}),
+    "arrive": frozenset({"id", "prompt", "text", "lora", "lora_path", "cache_salt", "mm", "prompt_logprobs", "output"}),
     "admit": frozenset({"id", "tokens"}),
     "sample": frozenset({"id", "tokens"}),
     "decode": frozenset({"id"}),
     "generate": frozenset({"id", "tokens"}),
     "finish": frozenset({"id"}),
     "preempt": frozenset({"id"}),
-    "reset": frozenset({"running"}),
+    "reset": frozenset({"running", "external"}),
+    "step": frozenset(),
+    "abort": frozenset({"id"}),
 }
 
 _STATS_KEYS = (
@@ -33,21 +38,46 @@ _STATS_KEYS = (
 _COMMON_EXPECT = frozenset({"ok", "num_free_blocks", "free_queue", "event_types", *_STATS_KEYS})
 # `expect` keys per op: a key for a field the op does not report is bad input.
 EXPECT_KEYS: dict[str, frozenset[str]] = {
-    op: _COMMON_EXPECT
+    op: (_COMMON_EXPECT - {"ok"}) | STEP_EXPECT_KEYS
+    if op == "step"
+    else _COMMON_EXPECT
     | ({"hit_tokens"} if op == "admit" else set())
     | ({"new_block_ids"} if op in ("admit", "decode", "generate") else set())
     for op in OPS
 }
 
+# The largest max_model_len a scenario may set: 16,777,216 tokens (16 times the default, beyond
+# any model vLLM 0.31.0 serves). max_model_len bounds a request's length, never the caps below.
+MAX_MODEL_LEN = 1 << 24
+MAX_BLOCK_SIZE = 1 << 16
+
+# The type of each `expect` value: what the op reports for that key.
+EXPECT_TYPES: dict[str, str] = {
+    "ok": "true or false",
+    "hit_tokens": "an integer",
+    "new_block_ids": "an array of integers",
+    "num_free_blocks": "an integer",
+    "free_queue": "an array of integers",
+    "event_types": "an array of strings",
+    **{k: "an integer" for k in _STATS_KEYS},
+}
+
 
 @dataclass(frozen=True)
 class Limits:
-    """Caps for untrusted scenarios (the web app); the CLI uses the generous defaults."""
+    """Caps for scenarios, each checked before the work it bounds (docs/design.md section 12,
+    "Limits"). The CLI uses these defaults; the web app passes tighter ones."""
 
-    max_prompt_tokens: int = 1 << 22
-    max_total_tokens: int = 1 << 24
+    max_prompt_tokens: int = 1 << 21  # tokens one op carries: a prompt, a sample's or generate's tokens
+    max_total_tokens: int = 1 << 21  # tokens of every op together
     max_steps: int = 100_000
-    max_blocks: int = 1 << 22
+    max_blocks: int = 1 << 19  # engine.num_blocks
+    max_full_blocks: int = 1 << 17  # full blocks the requests' tokens fill, in all (what is hashed)
+    max_arrivals: int = 50_000  # `arrive` steps
+    max_reset_blocks: int = 1 << 26  # resets x num_blocks: every reset walks the whole pool
+    max_snapshot_cells: int = 1 << 24  # block entries a replay's snapshots hold (budget.py)
+    max_recorded_decodes: int = 1 << 19  # `generate` tokens a recorded replay keeps the reports of
+    max_file_bytes: int = 16 << 20  # a scenario file
 
 
 CLI_LIMITS = Limits()
@@ -108,13 +138,15 @@ class Op:
     prompt_logprobs: bool = False
     tokens: int | tuple[int, ...] | None = None  # admit: a count; sample/generate: token ids
     running: bool = False
+    output: tuple[int, ...] | None = None  # engine-step arrive: the tokens the model samples
+    external: bool | None = None  # engine-step reset: reset_connector
     note: str | None = None
     expect: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
-        """How messages name this step: 1-based number, op and id."""
-        who = f" {self.id}" if self.id is not None else ""
+        """How messages name this step: 1-based number, op and id (a long id cut short)."""
+        who = "" if self.id is None else f" {self.id}" if len(self.id) <= 40 else f" {self.id[:40]}..."
         return f"step {self.index + 1} ({self.op}{who})"
 
     def normalized(self) -> dict[str, Any]:
@@ -122,6 +154,10 @@ class Op:
         d: dict[str, Any] = {"op": self.op}
         if self.op == "reset":
             d["running"] = self.running
+            if self.external is not None:
+                d["external"] = self.external
+            return d
+        if self.op == "step":
             return d
         d["id"] = self.id
         if self.op == "arrive":
@@ -132,6 +168,9 @@ class Op:
             d["cache_salt"] = self.cache_salt
             d["mm"] = [{"id": m.id, "offset": m.offset, "length": m.length} for m in self.mm]
             d["prompt_logprobs"] = self.prompt_logprobs
+            if self.output is not None:  # engine-step arrive: no images
+                del d["mm"]
+                d["output"] = list(self.output)
         elif self.op == "admit":
             d["tokens"] = self.tokens
         elif self.op in ("sample", "generate"):
@@ -149,11 +188,20 @@ class Scenario:
     description: str = ""
     # The TOML tables as read, so a session can be written back out (`to_toml`).
     raw_steps: tuple[Mapping[str, Any], ...] = ()
+    # The scheduler keys of an engine-step scenario; None for a manager-level one.
+    sched: SchedSpec | None = None
+
+    def engine_dict(self) -> dict[str, Any]:
+        """The [engine] table: the engine keys, and the scheduler keys of an engine-step scenario."""
+        return {**self.engine.as_dict(), **(self.sched.as_dict() if self.sched is not None else {})}
 
     def normalized(self, hash_seed: str | None) -> dict[str, Any]:
-        engine = self.engine.as_dict()
+        engine = self.engine_dict()
         engine["hash_seed"] = hash_seed
-        return {"engine": engine, "ops": [op.normalized() for op in self.ops]}
+        ops = [op.normalized() for op in self.ops]
+        if self.sched is not None:
+            return {"kind": "engine_steps", "engine": engine, "ops": ops}
+        return {"engine": engine, "ops": ops}
 
 
 def replace_engine_seed(scenario: Scenario, seed: str) -> Scenario:

@@ -82,6 +82,7 @@ class RequestView:
     cache_salt: str | None
     prompt_logprobs: bool
     num_preemptions: int
+    num_output_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,31 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
+class Scheduled:
+    """One request of an engine step's batch, as the scheduler reported it."""
+
+    request_id: str
+    num_tokens: int
+    num_computed_tokens: int  # after scheduling, placeholders included
+    is_prefill_chunk: bool
+    num_placeholders: int  # async output tokens in flight
+
+
+@dataclass(frozen=True)
+class EngineStepRecord:
+    """What a `step` op did (design section 7): the batch this call scheduled, the outputs of
+    the update it ran, who finished, the update's prefix-cache stats (None: no update ran),
+    and, in a recorded replay, the scheduler's reports."""
+
+    scheduled: Mapping[str, int]
+    outputs: Mapping[str, tuple[int, ...]]
+    finished: tuple[str, ...]
+    step_stats: Mapping[str, int] | None
+    batch: tuple[Scheduled, ...] = ()
+    preemption_reasons: tuple[tuple[str, str], ...] = ()  # (request id, why), in order
+
+
+@dataclass(frozen=True)
 class Step:
     index: int
     op: Op
@@ -113,6 +139,7 @@ class Step:
     snapshot: Snapshot | None  # None in a lean replay (record=False), unless the step has `expect`
     hit_tokens: int | None = None  # admit only
     new_block_ids: tuple[int, ...] | None = None  # admit, decode, generate
+    num_sampled: int | None = None  # sample, generate: tokens appended (a failed generate stops early)
     hashed: tuple[HashedBlock, ...] = ()  # block hashes the request learned this step
     lookup: Lookup | None = None
     admissions: tuple[AdmissionCheck, ...] = ()
@@ -123,6 +150,7 @@ class Step:
     cached: tuple[CachedBlock, ...] = ()
     freed: tuple[Freed, ...] = ()  # in free order (the request's blocks reversed)
     preempted: tuple[str, ...] = ()
+    engine_step: EngineStepRecord | None = None  # a `step` op of an engine-step scenario
     expect_failures: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
@@ -136,6 +164,13 @@ class Step:
             d["hit_tokens"] = self.hit_tokens
         if self.new_block_ids is not None:
             d["new_block_ids"] = list(self.new_block_ids)
+        es = self.engine_step
+        if es is not None:
+            d["scheduled"] = dict(es.scheduled)
+            d["outputs"] = {k: list(v) for k, v in es.outputs.items()}
+            d["preempted"] = list(self.preempted)
+            d["finished"] = list(es.finished)
+            d["step_stats"] = None if es.step_stats is None else dict(es.step_stats)
         return d
 
 
@@ -172,6 +207,7 @@ class Trace:
     def to_json(self) -> dict[str, Any]:
         """The replay JSON of design section 5."""
         f = self.final
+        engine_steps = self.scenario.sched is not None
         return {
             "steps": [s.to_json() for s in self.steps],
             "final": {
@@ -187,6 +223,7 @@ class Trace:
                         "block_ids": list(r.block_ids),
                         "num_computed_tokens": r.num_computed_tokens,
                         "block_hashes": [h.hex() for h in r.block_hashes],
+                        **({"status": r.status, "num_output_tokens": r.num_output_tokens} if engine_steps else {}),
                     }
                     for r in f.requests
                 },
@@ -213,6 +250,10 @@ def with_expectations(step: Step) -> Step:
         "event_types": [type(e).__name__ for e in step.events],
         **{f"stats_{k}": v for k, v in snap.stats.items()},
     }
+    if step.engine_step is not None:
+        actual["scheduled"] = dict(step.engine_step.scheduled)
+        actual["preempted"] = list(step.preempted)
+        actual["finished"] = list(step.engine_step.finished)
     failures = tuple(
         f"{step.op.label}: expected {key} = {want!r}, got {actual[key]!r}"
         for key, want in step.op.expect.items()

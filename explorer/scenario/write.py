@@ -1,16 +1,35 @@
 """Write a scenario back out as TOML (tomllib only reads).
 
 Scenario values are few kinds: strings, integers, booleans, arrays of integers or strings,
-and small tables (mm items, expect). That is all this writer handles.
+and small tables (mm items, expect); the parser refuses every other kind (a TOML datetime in an
+`expect`, for one), so this writer handles every value a parsed scenario can hold, and
+``parse_scenario_text(scenario_to_toml(s))`` gives ``s`` back. Strings are TOML basic strings
+with every control character escaped (U+0000 to U+001F and U+007F, which TOML forbids raw); a
+lone surrogate, which no TOML file can hold, is a `BadInput` (the parser refuses those too).
 """
 
 from __future__ import annotations
 
-import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from explorer.errors import BadInput
 from explorer.scenario.spec import Scenario
+
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+_NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f\x7f]')
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def toml_string(text: str) -> str:
+    """``text`` as a TOML basic string."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise BadInput(f"cannot write a lone surrogate (character {e.start}) into TOML") from None
+    body = _NEEDS_ESCAPE.sub(lambda m: _ESCAPES.get(m.group(), f"\\u{ord(m.group()):04x}"), text)
+    return f'"{body}"'
 
 
 def toml_value(v: Any) -> str:
@@ -21,8 +40,7 @@ def toml_value(v: Any) -> str:
     if isinstance(v, float):
         return repr(v)
     if isinstance(v, str):
-        # JSON string escapes are valid TOML basic-string escapes.
-        return json.dumps(v, ensure_ascii=False)
+        return toml_string(v)
     if isinstance(v, Mapping):
         return "{" + ", ".join(f"{_key(k)} = {toml_value(x)}" for k, x in v.items()) + "}"
     if isinstance(v, Sequence):
@@ -31,7 +49,7 @@ def toml_value(v: Any) -> str:
 
 
 def _key(k: str) -> str:
-    return k if k.replace("_", "").replace("-", "").isalnum() and k.isascii() else json.dumps(k)
+    return k if _BARE_KEY.fullmatch(k) else toml_string(k)
 
 
 def dumps_scenario(title: str, description: str, engine: Mapping[str, Any], steps: Sequence[Mapping[str, Any]]) -> str:
@@ -48,4 +66,4 @@ def dumps_scenario(title: str, description: str, engine: Mapping[str, Any], step
 
 def scenario_to_toml(scenario: Scenario) -> str:
     """A scenario as TOML again (the session download): its tables as they were read."""
-    return dumps_scenario(scenario.title, scenario.description, scenario.engine.as_dict(), scenario.raw_steps)
+    return dumps_scenario(scenario.title, scenario.description, scenario.engine_dict(), scenario.raw_steps)

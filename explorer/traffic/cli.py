@@ -15,7 +15,15 @@ import time
 from typing import Any, TextIO
 
 from explorer.traffic.concurrent import ConcurrencyConfig
-from explorer.traffic.sweep import POLICIES, SweepResult, parse_sizes, run_sweep, sweep_to_dict
+from explorer.traffic.sweep import (
+    CLI_MAX_BLOCKS_HASHED,
+    CLI_MAX_OUTPUT_TOKENS,
+    POLICIES,
+    SweepResult,
+    parse_sizes,
+    run_sweep,
+    sweep_to_dict,
+)
 from explorer.traffic.trace import load_trace
 
 
@@ -88,7 +96,17 @@ def cmd_replay(args: argparse.Namespace) -> int:
     concurrency = ConcurrencyConfig(args.decode_ms) if getattr(args, "concurrent", False) else None
     progress = _Progress()
     try:
-        sweep = run_sweep(trace, args.block_size, sizes, policies, args.outputs, concurrency, progress)
+        sweep = run_sweep(
+            trace,
+            args.block_size,
+            sizes,
+            policies,
+            args.outputs,
+            concurrency,
+            progress,
+            max_blocks_hashed=CLI_MAX_BLOCKS_HASHED,
+            max_output_tokens=CLI_MAX_OUTPUT_TOKENS,
+        )
     finally:
         progress.close()
     if args.json:

@@ -8,7 +8,7 @@ from typing import Any
 
 from explorer.errors import BadInput
 
-MAX_NUM_BLOCKS = 1 << 23  # a pool of 8.4M blocks is about 1 GB of block objects
+MAX_NUM_BLOCKS = 1 << 22  # a pool of 4.2M blocks is about 500 MB of block objects
 UI_MAX_NUM_BLOCKS = 1 << 21  # the web page's share of a small shared server
 
 

@@ -17,6 +17,8 @@ from explorer.traffic.trace import RequestTrace
 
 POLICIES = ("vllm", "lru", "unbounded")
 UI_MAX_BLOCKS_HASHED = 8_000_000  # prompt blocks a page job may hash (the shipped trace at 16: 3.8M)
+CLI_MAX_BLOCKS_HASHED = 1 << 24  # prompt blocks `replay` hashes (16.8M: 4.4 times the shipped trace)
+CLI_MAX_OUTPUT_TOKENS = 1 << 22  # output tokens `replay --outputs` decodes, one by one (7 times the shipped trace)
 
 # progress(fraction done in [0, 1], what is running)
 ProgressFn = Callable[[float, str], None]
@@ -51,9 +53,10 @@ def parse_sizes(text: str) -> list[int]:
     for part in text.replace(" ", "").split(","):
         if not part:
             continue
-        if not is_int(part.replace("_", "")):
-            raise BadInput(f"cache sizes: {part!r} is not an integer in ASCII digits")
-        v = int(part.replace("_", ""))
+        digits = part.replace("_", "")  # 5_000 reads as 5000
+        if not is_int(digits) or digits.startswith("-"):
+            raise BadInput(f"cache sizes: {part[:40]!r} is not an integer in ASCII digits")
+        v = int(digits)
         if v < 2:
             raise BadInput(f"cache sizes: {v} is too small (at least 2 blocks: block 0 is the null block)")
         if v in sizes:
@@ -76,9 +79,11 @@ def run_sweep(
     progress: ProgressFn | None = None,
     max_num_blocks: int = MAX_NUM_BLOCKS,
     max_blocks_hashed: int | None = None,
+    max_output_tokens: int | None = None,
 ) -> SweepResult:
     """Every policy at every size (unbounded once), with the block hashes computed once.
-    ``max_blocks_hashed`` bounds the work: the prompts' full blocks at this block size."""
+    ``max_blocks_hashed`` bounds the work: the prompts' full blocks at this block size;
+    ``max_output_tokens`` the output tokens decoded with ``outputs``."""
     for p in policies:
         if p not in POLICIES:
             raise BadInput(f"unknown policy {p!r}: expected one of {', '.join(POLICIES)}")
@@ -88,6 +93,10 @@ def run_sweep(
         raise BadInput("no cache size given")
     for s in sizes:
         check_num_blocks(s, max_num_blocks)
+    if sum(sizes) > 4 * max_num_blocks:  # each size builds its own pool, one after the other
+        raise BadInput(
+            f"cache sizes: {sum(sizes):,} blocks in all is more than the {4 * max_num_blocks:,} a sweep builds"
+        )
     if not isinstance(block_size, int) or block_size < 1:
         raise BadInput(f"block size must be a positive integer, got {block_size!r}")
     if max_blocks_hashed is not None:
@@ -96,6 +105,13 @@ def run_sweep(
             raise BadInput(
                 f"{total:,} prompt blocks at block size {block_size} is more than the {max_blocks_hashed:,} "
                 "allowed here: use a larger block size or fewer requests"
+            )
+    if outputs and max_output_tokens is not None:
+        out_total = sum(r.output_length for r in trace.requests)
+        if out_total > max_output_tokens:
+            raise BadInput(
+                f"{out_total:,} output tokens to decode is more than the {max_output_tokens:,} allowed here: "
+                "leave out --outputs or use fewer requests (--limit)"
             )
     n = len(trace.requests)
     plan: list[tuple[str, int | None]] = []
@@ -119,13 +135,17 @@ def run_sweep(
         label = f"{policy} @ {size:,} blocks" if size is not None else policy
         tick = lambda d, base=base, label=label: report(base + d, f"{label}: {d:,}/{n:,} requests")  # noqa: E731
         tick(0)
+        if policy == "unbounded":
+            runs.append(simulate_unbounded(prep, tick))
+            continue
+        assert size is not None, f"{policy} runs at a cache size"
         if policy == "vllm":
             if concurrency is not None:
-                runs.append(replay_concurrent(prep, size, concurrency, tick))  # type: ignore[arg-type]
+                runs.append(replay_concurrent(prep, size, concurrency, tick))
             else:
-                runs.append(replay_vllm(prep, size, tick))  # type: ignore[arg-type]
+                runs.append(replay_vllm(prep, size, tick))
         elif policy == "lru":
-            runs.append(simulate_lru(prep, size, tick))  # type: ignore[arg-type]
+            runs.append(simulate_lru(prep, size, tick))
         else:
             runs.append(simulate_unbounded(prep, tick))
     report(units, "done")

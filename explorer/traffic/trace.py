@@ -25,7 +25,7 @@ from explorer.errors import BadInput, read_user_file
 TRACE_BLOCK_TOKENS = 512  # Mooncake: one hash id per 512 prompt tokens
 MAX_MODEL_LEN = 1 << 20  # the engine's max_model_len: input + output must fit
 MAX_HASH_ID = 1 << 32  # hash ids are below this (tokens stay below 2**41)
-MAX_TRACE_BYTES = 256 << 20  # the command line's cap on a trace file
+MAX_TRACE_BYTES = 64 << 20  # the command line's cap on a trace file (the shipped one: 1.1 MB)
 UI_MAX_TRACE_BYTES = 32 << 20  # the web page's cap on an upload
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conformance.oracle import VllmOracle
+from tests.conformance.sched_oracle import VllmSchedOracle
 
 
 @pytest.fixture(scope="session")
@@ -15,6 +16,20 @@ def vllm_oracle():
     `bash tests/conformance/setup_vllm.sh`.
     """
     oracle = VllmOracle()
+    try:
+        yield oracle
+    finally:
+        oracle.close()
+
+
+@pytest.fixture(scope="session")
+def vllm_sched_oracle():
+    """One vLLM Scheduler driver process for the whole session (vllm_sched_driver.py).
+
+    Fails, never skips, when .venv-vllm is missing: install it with
+    `bash tests/conformance/setup_vllm.sh`.
+    """
+    oracle = VllmSchedOracle()
     try:
         yield oracle
     finally:

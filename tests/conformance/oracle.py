@@ -40,6 +40,8 @@ class VllmOracle:
     must fail loudly where the oracle is not installed.
     """
 
+    driver: Path = DRIVER  # the driver script the process runs
+
     def __init__(
         self,
         python: str | os.PathLike | None = None,
@@ -66,7 +68,7 @@ class VllmOracle:
         env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         self._stderr = tempfile.TemporaryFile(mode="w+b")  # noqa: SIM115 (lives as long as the child process)
         self._proc = subprocess.Popen(
-            [str(self.python), str(DRIVER)],
+            [str(self.python), str(self.driver)],
             cwd=str(REPO_ROOT),
             env=env,
             stdin=subprocess.PIPE,

@@ -2,9 +2,13 @@
 # Install vLLM 0.31.0 into <repo>/.venv-vllm as the conformance oracle.
 #
 # Only vLLM's Python classes are used (BlockPool, KVCacheManager, Request, the
-# block hasher, the KV event structs); no model runs and no GPU is needed.
+# block hasher, the KV event structs, the Scheduler built over a config.json-only
+# model folder); no model runs and no GPU is needed. Building a ModelConfig
+# inspects the model class, and vllm/model_executor/models/llama.py imports
+# einops, so the engine-step driver needs it.
 # Recipe: shared reference "vllm-oracle.md" (wheel route). Idempotent: does
-# nothing when the venv already imports vllm 0.31.0 and xxhash.
+# nothing when the venv already imports vllm 0.31.0, xxhash and einops; a venv
+# made before einops was needed only gets einops.
 #
 #   bash tests/conformance/setup_vllm.sh         (from anywhere)
 #   PYTHON=python3.11 bash tests/conformance/setup_vllm.sh
@@ -14,15 +18,26 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 VENV="$ROOT/.venv-vllm"
 export VLLM_LOGGING_LEVEL=WARNING
 
-installed() {
+EINOPS=einops==0.8.2
+
+has() {  # has MODULE...: the venv imports vllm 0.31.0 and every MODULE
     [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c \
-        "import vllm, xxhash; assert vllm.__version__.startswith('0.31.0')" \
+        "import vllm, $(IFS=,; echo "$*"); assert vllm.__version__.startswith('0.31.0')" \
         >/dev/null 2>&1
 }
+installed() { has xxhash einops; }
 
 if installed; then
-    echo "setup_vllm: $VENV already has vllm 0.31.0 + xxhash, nothing to do"
+    echo "setup_vllm: $VENV already has vllm 0.31.0 + xxhash + einops, nothing to do"
     exit 0
+fi
+if has xxhash; then
+    echo "setup_vllm: $VENV has vllm 0.31.0 + xxhash; adding $EINOPS"
+    "$VENV/bin/python" -m pip install --disable-pip-version-check --no-warn-conflicts \
+        --progress-bar off -q "$EINOPS"
+    if installed; then exit 0; fi
+    echo "setup_vllm: FAILED: $VENV does not import einops" >&2
+    exit 1
 fi
 
 PY="${PYTHON:-}"
@@ -57,7 +72,7 @@ echo "setup_vllm: import-time dependencies"
     'oss-harmony>=0.0.11' 'openai>=2.25.0' pillow pybase64 cachetools \
     cloudpickle uvloop py-cpuinfo 'prometheus_client>=0.18.0' \
     'fastapi>=0.133.0,<0.137.0' partial-json-parser 'llguidance>=1.7.0,<1.8.0' \
-    apache-tvm-ffi==0.1.11 xxhash
+    apache-tvm-ffi==0.1.11 xxhash "$EINOPS"
 
 # The CUDA extension modules are about 600 MB and never loaded by the
 # classes the oracle drives; remove them.
@@ -65,8 +80,8 @@ SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["pu
 find "$SITE/vllm" -name '*.so' -type f -delete
 
 if ! installed; then
-    echo "setup_vllm: FAILED: $VENV does not import vllm 0.31.0 and xxhash" >&2
-    "$VENV/bin/python" -c "import vllm, xxhash; print(vllm.__version__)" >&2 || true
+    echo "setup_vllm: FAILED: $VENV does not import vllm 0.31.0, xxhash and einops" >&2
+    "$VENV/bin/python" -c "import vllm, xxhash, einops; print(vllm.__version__)" >&2 || true
     exit 1
 fi
 echo "setup_vllm: done in $(( $(date +%s) - start )) s"

@@ -76,7 +76,7 @@ class Sched:
 
     def finish(self, req: Request) -> None:
         self.mgr.free(req)
-        req.status = RequestStatus.FINISHED
+        req.status = RequestStatus.FINISHED_STOPPED
 
     def preempt(self, req: Request) -> None:
         self.mgr.free(req)

@@ -308,3 +308,73 @@ def test_frame_accounting_adds_up():
     acc = s.frame_accounting()
     assert acc["fed"] == 6
     assert acc["fed"] == sum(v for k, v in acc.items() if k != "fed")
+
+
+# ---- sequence numbers checked against what a publisher can produce (issue 13) ----------------
+
+
+def test_a_seq_near_2_63_is_one_malformed_frame_not_10_18_gaps():
+    s = KVEventStream()
+    s.feed_live(live(0, [stored(1)]), now=0)
+    assert s.feed_live(live(2**63 - 5, [stored(2)]), now=0) == []
+    s.feed_live(live(1, [stored(3)]), now=0)
+    assert s.summary() == {"batches": 2, "gaps": 0, "replayed": 0, "lost": 0, "malformed": 1, "restarts": 0}
+    assert s.malformed_reasons["seq_range"] == 1
+
+
+def test_2_62_is_the_first_seq_refused():
+    s = KVEventStream()
+    assert seqs(s.feed_live(live(2**62 - 1, []), now=0)) == [2**62 - 1]
+    assert s.feed_live(live(2**62, []), now=0) == [] and s.malformed == 1
+
+
+def test_a_jump_past_the_replay_buffer_is_a_restart_not_gaps():
+    s = KVEventStream(max_jump=100)
+    s.feed_live(live(0, [stored(1)]), now=0)
+    out = s.feed_live(live(10**18, [stored(2)]), now=0)
+    assert seqs(out) == [10**18]
+    inst = only_instance(s)
+    assert s.summary() == {"batches": 2, "gaps": 0, "replayed": 0, "lost": 0, "malformed": 0, "restarts": 1}
+    assert inst.seq_jumps == 1 and inst.hashes == Counter({2: 1})  # the old state is unknown: cleared
+    assert seqs(s.feed_live(live(10**18 + 1, []), now=0)) == [10**18 + 1]
+
+
+def test_a_jump_within_the_buffer_is_gaps():
+    s = KVEventStream(max_jump=100)
+    s.feed_live(live(0, []), now=0)
+    s.feed_live(live(101, []), now=0)  # 100 missing: as far as a replay could reach
+    assert s.gaps == 100 and s.restarts == 0 and s.lost == 100
+    s.feed_live(live(203, []), now=0)  # 101 missing: a jump
+    assert s.gaps == 100 and s.restarts == 1
+
+
+def test_a_late_joiner_at_a_huge_seq_asks_only_for_the_buffer():
+    s = KVEventStream(replay=True, max_jump=100)
+    assert s.feed_live(live(2**61, []), now=0) == []
+    assert s.next_replay_request(0) == 2**61 - 100
+    out = s.feed_replay(replay(2**61 - 1, []), now=0) + s.feed_replay(replay_end(), now=0)
+    assert seqs(out) == [2**61 - 1, 2**61]
+    inst = only_instance(s)
+    assert inst.unrecovered_initial == 99 and s.lost == 0 and s.gaps == 0
+
+
+def test_counters_stay_bounded_under_random_garbage_seqs():
+    import random
+
+    rng = random.Random(13)
+    s = KVEventStream(replay=False)
+    n = 2000
+    for _ in range(n):
+        s.feed_live(live(rng.getrandbits(64), []), now=0)
+    counts = s.summary()
+    assert counts["malformed"] + counts["batches"] == n
+    # every jump past the buffer restarts; gaps are at most the buffer per batch
+    assert counts["gaps"] <= n * s.max_jump and counts["lost"] <= n * s.max_jump
+
+
+def test_new_instances_past_the_cap_are_malformed_frames():
+    s = KVEventStream(max_instances=3)
+    for rank in range(5):
+        s.feed_live(live(0, [stored(rank)], rank=rank), now=0)
+    assert len(s.instances) == 3 and s.malformed == 2 and s.malformed_reasons["instances"] == 2
+    assert seqs(s.feed_live(live(1, [], rank=2), now=0)) == [1]  # a known instance goes on

@@ -126,3 +126,31 @@ def test_measurements_are_read_from_json(tmp_path):
     found = load_measurements(tmp_path)
     assert len(found) == 1 and found[0]["source"] == "prefill.json"
     assert load_measurements(tmp_path / "missing") == []
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_every_question_shows_its_inputs(seed):
+    """Each arrival says how its prompt relates to the earlier ones and names its extra keys,
+    and the pool size is stated, so the answer follows from what is shown."""
+    q = generate(seed)
+    arrivals = [line for line in q.setup if ". arrive " in line]
+    if q.asked.split(" ", 2)[1:2] == ["arrives:"]:
+        arrivals.append(q.asked)
+    for line in arrivals:
+        assert "extra keys:" in line, line
+        assert (" = " in line and "'s " in line) or "first request" in line or "shares no leading token" in line, line
+    assert any(s.startswith("Pool: ") and " blocks (block 0 is the null block" in s for s in q.state)
+
+
+def test_a_later_chunk_is_shown_as_continue_not_admit():
+    seen = 0
+    for seed in range(300):
+        q = generate(seed)
+        steps = q.scenario.ops
+        for line, op in zip(q.setup, steps):
+            if op.op == "admit" and line.split(". ", 1)[1].startswith("continue "):
+                seen += 1
+        if q.asked.startswith("continue "):
+            seen += 1
+            assert "no lookup" in q.asked
+    assert seen > 0, "no practice scenario continued a chunk: the check would be vacuous"

@@ -180,3 +180,13 @@ def test_html_escapes_user_strings():
     snap = t.steps[1].snapshot
     out = requests_html(snap, set()) + event_log_html(t, 2)
     assert "<img" not in out and "&lt;img" in out and "<b>x</b>" not in out
+
+
+def test_a_generate_that_stopped_counts_the_tokens_it_sampled():
+    """Lesson 07 step 8: 18 tokens asked, the 18th allocation failed, so B sampled 17 (64 + 17 = 81)."""
+    trace = replay(load_scenario(LESSON.parent / "07_eviction_preemption.toml"))
+    step = trace.steps[7]
+    assert step.op.op == "generate" and not step.ok and step.num_sampled == 17
+    assert explain.now(trace, 8).sentences[0].startswith("B generates 17 of the 18 tokens asked")
+    hashing = next(p for p in explain.panels(trace, 8) if p.key == "hashing")
+    assert hashing.text.startswith("17 output tokens took B to 81 tokens")

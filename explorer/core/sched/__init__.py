@@ -1,1 +1,1 @@
-"""The scheduler side of the core: the KV cache manager calls a vLLM scheduler makes, in its order."""
+"""The scheduler side of the core: vLLM's Scheduler, AsyncScheduler and engine loop, and the manager calls they make."""

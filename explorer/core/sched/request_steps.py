@@ -16,12 +16,15 @@ the same way:
 - reset: ``reset_prefix_cache()``, optionally after preempting every running request from the
   end of the running queue (scheduler.py:2794-2804).
 
-Who runs when is the caller's choice: a scenario's ops, a trace's arrivals, a vLLM-like step
-loop. `RequestSteps` keeps the running queue in the order requests became running.
+Who runs when is the caller's choice: a scenario's ops, a trace's arrivals, or the mirrored
+`Scheduler` (scheduler.py), which decides with its token budget and queues and makes these same
+calls through `lookup`, `allocate`, `preempt`, `free` and `reset_prefix_cache`. `RequestSteps`
+keeps the running queue in the order requests became running (the scheduler's ``running``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from explorer.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
@@ -51,20 +54,37 @@ class RequestSteps:
             return None, 0
         return self.kv_cache_manager.get_computed_blocks(request)
 
+    def allocate(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_computed_tokens: int = 0,
+        new_computed_blocks: KVCacheBlocks | None = None,
+        full_sequence_must_fit: bool = False,
+    ) -> KVCacheBlocks | None:
+        """allocate_slots for an admission after ``lookup``; when it succeeds, a request that
+        looked up (computes from token 0) records its stats: at admission only, so a lookup that
+        found no room is not counted (scheduler.py:1252-1256)."""
+        did_lookup = request.num_computed_tokens == 0
+        mgr = self.kv_cache_manager
+        new_blocks = mgr.allocate_slots(
+            request, num_new_tokens, num_new_computed_tokens, new_computed_blocks, full_sequence_must_fit
+        )
+        if new_blocks is not None and did_lookup:
+            mgr.record_prefix_cache_stats(request, num_new_computed_tokens)
+        return new_blocks
+
     def admit(self, request: Request, max_new_tokens: int | None = None) -> Admitted:
         """Lookup (first chunk only) and allocate_slots for the rest of the prompt, or for at
         most ``max_new_tokens`` tokens after the hit (chunked prefill)."""
-        fresh = request.num_computed_tokens == 0
         hit_blocks, hit = self.lookup(request)
         remaining = request.num_tokens - request.num_computed_tokens - hit
         num_new = remaining if max_new_tokens is None else min(max_new_tokens, remaining)
-        new_blocks = self.kv_cache_manager.allocate_slots(request, num_new, hit, hit_blocks)
+        new_blocks = self.allocate(request, num_new, hit, hit_blocks)
         if new_blocks is None:
             return Admitted(False, hit, None)
         request.num_computed_tokens += hit + num_new
-        self._set_running(request)
-        if fresh:
-            self.kv_cache_manager.record_prefix_cache_stats(request, hit)
+        self.set_running(request)
         return Admitted(True, hit, new_blocks)
 
     def fits(self, request: Request, num_tokens: int) -> bool:
@@ -85,35 +105,42 @@ class RequestSteps:
             request.num_computed_tokens = request.num_tokens
         return new_blocks
 
-    def finish(self, request: Request) -> None:
+    def finish(self, request: Request, status: RequestStatus = RequestStatus.FINISHED_STOPPED) -> None:
         """The request is done (or aborted): its blocks return in reverse order."""
-        self._free(request)
-        request.status = RequestStatus.FINISHED
+        self.free(request)
+        request.status = status
 
     def preempt(self, request: Request) -> None:
         """Free the blocks and start over: re-admission looks the prompt up again."""
-        self._free(request)
+        self.free(request)
         request.num_computed_tokens = 0
         request.status = RequestStatus.PREEMPTED
         request.num_preemptions += 1
 
-    def reset_prefix_cache(self, reset_running_requests: bool = False) -> tuple[bool, list[Request]]:
+    def reset_prefix_cache(
+        self, reset_running_requests: bool = False, preempt: Callable[[Request], None] | None = None
+    ) -> tuple[bool, list[Request]]:
         """reset_prefix_cache(), after preempting every running request from the end of the
-        running queue when asked; returns whether the reset happened and who was preempted."""
+        running queue when asked (with ``preempt``, the scheduler's own preemption, or
+        `preempt`); returns whether the reset happened and who was preempted, in order."""
+        preempt = self.preempt if preempt is None else preempt
         preempted: list[Request] = []
         if reset_running_requests:
             while self.running:
                 request = self.running[-1]
-                self.preempt(request)
+                preempt(request)
                 preempted.append(request)
         return self.kv_cache_manager.reset_prefix_cache(), preempted
 
-    def _set_running(self, request: Request) -> None:
+    def set_running(self, request: Request) -> None:
+        """The request runs: it joins the end of the running queue (a later chunk stays put)."""
         if request.status != RequestStatus.RUNNING:
             request.status = RequestStatus.RUNNING
             self.running.append(request)
 
-    def _free(self, request: Request) -> None:
+    def free(self, request: Request) -> None:
+        """``free``: the blocks return in reverse order; a running request leaves the queue
+        (the scheduler takes a stopped request out of it itself, after its update loop)."""
         self.kv_cache_manager.free(request)
         if request.status == RequestStatus.RUNNING:
             self.running.remove(request)

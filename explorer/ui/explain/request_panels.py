@@ -74,7 +74,7 @@ def hashing_panel(trace: Trace, k: int) -> Panel | None:
         req = request_at(trace, k, op.id)
         n = req.num_tokens if req else 0
         idx = [h.index for h in step.hashed]
-        toks = len(op.tokens) if isinstance(op.tokens, tuple) else 0
+        toks = step.num_sampled or 0
         s = [
             f"{counted(toks, 'output token')} took {op.id} to {counted(n, 'token')}, and {blocks_text(len(idx))} became full: block{'s' if len(idx) > 1 else ''} {ids_text(idx)} got {'their hashes' if len(idx) > 1 else 'its hash'}.",
             f"The hasher runs again each time a token is appended and continues the chain from block {idx[0] - 1}'s hash; a hash exists before any KV is computed, and the block is cached only when allocate_slots covers it.",

@@ -103,9 +103,16 @@ def now(trace: Trace, k: int) -> Now:
             )
     elif op.op in ("generate", "decode"):
         refs = (REFS["allocate_slots"],) + ((REFS["append_output"],) if op.op == "generate" else ())
-        toks = len(op.tokens) if isinstance(op.tokens, tuple) else 0
+        asked = len(op.tokens) if isinstance(op.tokens, tuple) else 0
+        got = step.num_sampled or 0
         what = (
-            f"{rid} generates {counted(toks, 'token')}" if op.op == "generate" else f"{rid} computes its pending tokens"
+            (
+                f"{rid} generates {counted(got, 'token')}"
+                if got == asked
+                else f"{rid} generates {got:,} of the {counted(asked, 'token')} asked"
+            )
+            if op.op == "generate"
+            else f"{rid} computes its pending tokens"
         )
         s = [
             f"{what}: {counted(len(step.admissions), 'allocate_slots call')}, {counted(new, 'new block')}, {counted(len(step.cached), 'block')} cached."

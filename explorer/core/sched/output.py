@@ -1,0 +1,94 @@
+"""What one engine step passes around: the scheduler's batch, the model's answer, the outputs.
+
+vLLM spreads these over several files; here they sit together, with vLLM's names and only the
+fields prefix caching touches:
+- `SchedulerOutput` (vllm/v1/core/sched/output.py:231-318): the batch ``schedule()`` built;
+- `ModelRunnerOutput` (vllm/v1/outputs.py): the sampled tokens of that batch;
+- `EngineCoreOutput` / `EngineCoreOutputs` (vllm/v1/engine/__init__.py): what
+  ``update_from_output`` reports per request and per step;
+- `SchedulerStats` (vllm/v1/metrics/stats.py:186-216) with its `PrefixCacheStats`;
+- `KVEventPublisher`: where ``update_from_output`` publishes its one `KVEventBatch` per step
+  (vllm/distributed/kv_events.py); `KVEventCollector` keeps them, as a test harness does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from explorer.core.events import KVEventBatch
+from explorer.core.metrics import PrefixCacheStats
+
+
+@dataclass
+class SchedulerOutput:
+    """The batch of one ``schedule()`` call. Requests are named by id; vLLM sends the worker
+    the new requests' data (``NewRequestData``) and the cached ones' diff instead."""
+
+    # Admitted from the waiting queue: first time / after a preemption (resumed).
+    scheduled_new_reqs: list[str]
+    scheduled_resumed_reqs: list[str]
+    # From the running queue: decodes and later prefill chunks.
+    scheduled_running_reqs: list[str]
+    # req_id -> tokens scheduled, in scheduling order (running queue first, then waiting).
+    num_scheduled_tokens: dict[str, int]
+    total_num_scheduled_tokens: int
+    # Requests that finished between the previous schedule() and this one (vLLM: a set).
+    finished_req_ids: list[str]
+    # Requests preempted since the previous schedule(), a reset's included (vLLM: a set).
+    preempted_req_ids: list[str]
+    # Not a field of vLLM's output: the preemptions this schedule() made, in order (its local
+    # ``preempted_reqs``, scheduler.py:579); the replay reports them.
+    preempted_reqs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ModelRunnerOutput:
+    """The model's answer for a batch: one list of sampled tokens per scheduled request, empty
+    for a prefill chunk (the runner discards a partial prefill's sample)."""
+
+    req_ids: list[str]
+    req_id_to_index: dict[str, int]
+    sampled_token_ids: list[list[int]]
+
+
+@dataclass
+class EngineCoreOutput:
+    request_id: str
+    new_token_ids: list[int]
+    finish_reason: str | None = None  # "stop", "length", "abort", "error" (FinishReason)
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass
+class SchedulerStats:
+    num_running_reqs: int = 0
+    num_waiting_reqs: int = 0
+    kv_cache_usage: float = 0.0
+    prefix_cache_stats: PrefixCacheStats = field(default_factory=PrefixCacheStats)
+
+
+@dataclass
+class EngineCoreOutputs:
+    """One ``update_from_output``: the per-request outputs in batch order (errors after them)
+    and the step's stats (None when the scheduler logs no stats)."""
+
+    outputs: list[EngineCoreOutput] = field(default_factory=list)
+    scheduler_stats: SchedulerStats | None = None
+
+
+class KVEventPublisher(Protocol):
+    def publish(self, batch: KVEventBatch) -> None: ...
+
+
+class KVEventCollector:
+    """A publisher that keeps every batch (vLLM's default is the NullEventPublisher)."""
+
+    def __init__(self) -> None:
+        self.batches: list[KVEventBatch] = []
+
+    def publish(self, batch: KVEventBatch) -> None:
+        self.batches.append(batch)

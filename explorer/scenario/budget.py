@@ -1,0 +1,146 @@
+"""What a scenario costs, counted before the work is done; a cap passed is one `BadInput`.
+
+`SizeBudget` counts while a scenario is parsed, before each op's tokens are expanded: tokens
+per op and in all, the full blocks the requests' tokens fill (what the hasher hashes and the
+events carry), `arrive` steps, and the pool walks of `reset`. `snapshot_cells` counts, before
+a replay starts, the block entries its snapshots will hold: a recorded replay keeps one per
+step (the pool's blocks plus every live request's blocks), a lean one only those of steps with
+an `expect` and the final state. The caps are `Limits` fields (spec.py); docs/design.md lists
+them.
+
+Both follow the requests as the ops describe them (an `arrive` sets a request's length, `sample`
+and `generate` add to it, `finish` ends it). A replay stops at the first op the engine refuses,
+so for every prefix that runs these counts are upper bounds.
+"""
+
+from __future__ import annotations
+
+from explorer.errors import BadInput
+from explorer.scenario.spec import EngineConfig, Limits, Op, Scenario
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class SizeBudget:
+    """The running counts of one scenario being parsed; each `take_*` raises a BadInput whose
+    message names the cap, for the parser to prefix with the file and step."""
+
+    def __init__(self, engine: EngineConfig, limits: Limits) -> None:
+        self.engine = engine
+        self.limits = limits
+        self.tokens = 0
+        self.full_blocks = 0
+        self.arrivals = 0
+        self.reset_blocks = 0
+        self._live: dict[str, int] = {}  # request id -> tokens, as the ops describe it
+
+    def op_cap(self, op: str) -> tuple[int, str]:
+        """The most tokens one op may carry, and the name of that cap for messages."""
+        per_op = self.limits.max_prompt_tokens
+        if self.engine.max_model_len <= per_op:
+            return self.engine.max_model_len, "max_model_len"
+        return per_op, "the prompt limit" if op == "arrive" else "the limit per op"
+
+    def take_tokens(self, op: str, rid: str, n: int) -> None:
+        """``n`` more tokens for request ``rid`` (an arrive's prompt, a sample's or generate's
+        tokens), checked before they are expanded."""
+        cap, cap_name = self.op_cap(op)
+        if n > cap:
+            raise BadInput(f"expands to {n:,} tokens, more than {cap_name} = {cap:,}")
+        lim = self.limits
+        if self.tokens + n > lim.max_total_tokens:
+            raise BadInput(
+                f"{n:,} more tokens would bring the scenario to {self.tokens + n:,} tokens in all, "
+                f"more than the limit {lim.max_total_tokens:,}"
+            )
+        bs = self.engine.block_size
+        before = 0 if op == "arrive" else self._live.get(rid, 0)
+        blocks = (before + n) // bs - before // bs
+        if self.full_blocks + blocks > lim.max_full_blocks:
+            raise BadInput(
+                f"would bring the scenario to {self.full_blocks + blocks:,} full {bs}-token blocks "
+                f"in all, more than the limit {lim.max_full_blocks:,}: use a larger block_size or fewer tokens"
+            )
+        self.tokens += n
+        self.full_blocks += blocks
+        if op == "arrive" or rid in self._live:
+            self._live[rid] = before + n
+
+    def take_op(self, op: str, rid: str | None) -> None:
+        """Count an op (arrivals, resets), checked before it is validated further."""
+        lim = self.limits
+        if op == "arrive":
+            if self.arrivals + 1 > lim.max_arrivals:
+                raise BadInput(f"more than the limit of {lim.max_arrivals:,} arrive steps")
+            self.arrivals += 1
+        elif op == "reset":
+            self.reset_blocks += self.engine.num_blocks
+            if self.reset_blocks > lim.max_reset_blocks:
+                raise BadInput(
+                    f"every reset walks the {self.engine.num_blocks:,}-block pool, and these resets "
+                    f"walk {self.reset_blocks:,} blocks in all, more than the limit {lim.max_reset_blocks:,}"
+                )
+        elif op == "finish" and rid is not None:
+            self._live.pop(rid, None)
+
+
+def snapshot_cells(scenario: Scenario, record: bool, upto: int | None = None) -> int:
+    """The block entries the snapshots of a replay of ``scenario`` (its first ``upto`` steps)
+    hold: per snapshot the pool's blocks plus each live request's blocks. Recorded: the initial
+    state and every step; lean: the initial state, the steps with an `expect`, the final state."""
+    eng = scenario.engine
+    bs, pool = eng.block_size, eng.num_blocks
+    ops: tuple[Op, ...] = scenario.ops if upto is None else scenario.ops[:upto]
+    live: dict[str, int] = {}
+    live_blocks = 0  # sum over live requests of ceil(tokens / block_size)
+    cells = pool  # the initial snapshot
+    for op in ops:
+        rid = op.id or ""
+        before = live.get(rid)
+        if op.op == "arrive":
+            after: int | None = len(op.prompt)
+        elif op.op in ("sample", "generate") and before is not None and isinstance(op.tokens, tuple):
+            after = before + len(op.tokens)
+        elif op.op == "finish":
+            after = None
+        else:
+            after = before
+        if after != before:
+            live_blocks += (0 if after is None else _cdiv(after, bs)) - (0 if before is None else _cdiv(before, bs))
+            if after is None:
+                live.pop(rid, None)
+            else:
+                live[rid] = after
+        if record or op.expect:
+            cells += pool + live_blocks + len(live)
+    if not record:
+        cells += pool + live_blocks + len(live)  # the final state
+    return cells
+
+
+def check_replay_budget(scenario: Scenario, limits: Limits, record: bool, upto: int | None = None) -> None:
+    """BadInput, before anything runs, when the replay's snapshots would pass their cap, or
+    (recorded) the reports of its `generate` tokens theirs: each generated token is one
+    allocation, whose admission check and cache call a recorded step keeps."""
+    if record:
+        ops = scenario.ops if upto is None else scenario.ops[:upto]
+        decodes = sum(len(op.tokens) for op in ops if op.op == "generate" and isinstance(op.tokens, tuple))
+        if decodes > limits.max_recorded_decodes:
+            raise BadInput(
+                f"{scenario.source}: recording {decodes:,} generated tokens keeps a report of each, more than "
+                f"the limit {limits.max_recorded_decodes:,} (`run --json` keeps no reports)"
+            )
+    cells = snapshot_cells(scenario, record, upto)
+    cap = limits.max_snapshot_cells
+    if cells <= cap:
+        return
+    steps = len(scenario.ops) if upto is None else min(upto, len(scenario.ops))
+    what = "a snapshot of every step" if record else "snapshots of the steps with an `expect`"
+    hint = " (`run --json` keeps only the final state)" if record else ""
+    raise BadInput(
+        f"{scenario.source}: replaying {steps:,} steps on {scenario.engine.num_blocks:,} blocks with {what} "
+        f"would hold {cells:,} block entries (the pool's and the live requests'), more than the limit "
+        f"{cap:,}{hint}"
+    )

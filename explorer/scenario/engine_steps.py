@@ -1,0 +1,194 @@
+"""Replay an engine-step scenario (design section 7) through the mirrored scheduler.
+
+`EngineStepReplay` holds a KV cache manager, vLLM's `Scheduler` or `AsyncScheduler` on it and
+the engine loop with its played model (explorer/core/sched/); each op is one call:
+- `arrive`: ``EngineCore.add_request`` (the model is told the request's ``output``);
+- `step`: ``EngineCore.step()`` (sync) or ``step_with_batch_queue()`` (async), recorded as the
+  batch it scheduled, the outputs, preemptions and finished requests of the update it ran, the
+  one KV event batch that update published, and that update's prefix-cache stats;
+- `abort`: ``finish_requests(id, FINISHED_ABORTED)``; `reset`: ``reset_prefix_cache``.
+Only `step` entries carry events: vLLM publishes inside ``update_from_output``, so what an
+abort or a reset queues arrives with the next step. The stats totals count every admission
+recorded so far, including those whose batch has not been updated yet.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from explorer.core.kv_cache_manager import KVCacheManager
+from explorer.core.metrics import CachingMetrics, PrefixCacheStats
+from explorer.core.request import LoRARequest, Request
+from explorer.core.sched.config import SchedulerConfig
+from explorer.core.sched.engine_core import EngineStep, make_engine_core
+from explorer.core.sched.output import KVEventCollector
+from explorer.scenario.recorder import GROUP_0, StepError, StepRecorder, block_hasher, hashed_since
+from explorer.scenario.snapshot import Snapshots
+from explorer.scenario.spec import Op, Scenario
+from explorer.scenario.trace import EngineStepRecord, Scheduled, Snapshot, Step, Trace, with_expectations
+
+
+class SchedRecorder(StepRecorder):
+    """The manager's reports plus the scheduler's: the batch and who was preempted, why."""
+
+    def clear(self) -> None:
+        super().clear()
+        self.batch: list[Scheduled] = []
+        self.preemptions: list[tuple[str, str]] = []
+
+    def on_scheduled(
+        self, request_id: str, num_tokens: int, num_computed_tokens: int, is_prefill_chunk: bool, num_placeholders: int
+    ) -> None:
+        self.batch.append(Scheduled(request_id, num_tokens, num_computed_tokens, is_prefill_chunk, num_placeholders))
+
+    def on_preempted(self, request_id: str, reason: str) -> None:
+        self.preemptions.append((request_id, reason))
+
+
+class EngineStepReplay:
+    """The engine of an engine-step scenario, driven op by op (same interface as
+    `ScenarioEngine`: ``apply``, ``snapshot``, ``trace``)."""
+
+    def __init__(self, scenario: Scenario, hash_seed: str | None = None, record: bool = True) -> None:
+        assert scenario.sched is not None, "not an engine-step scenario"
+        self.scenario = scenario
+        self.record = record
+        cfg = scenario.engine
+        self.ctx, self.hasher = block_hasher(cfg, hash_seed)
+        self.recorder = SchedRecorder(cfg.block_size) if record else None
+        self.manager = KVCacheManager(
+            cfg.num_blocks,
+            cfg.block_size,
+            cfg.max_model_len,
+            enable_caching=cfg.enable_prefix_caching,
+            enable_kv_cache_events=cfg.events,
+            log_stats=True,
+            use_int_block_hashes=cfg.int_block_hashes,
+            observer=self.recorder,
+        )
+        s = scenario.sched
+        config = SchedulerConfig(
+            s.max_num_batched_tokens, s.max_num_seqs, s.long_prefill_token_threshold, s.scheduler == "async"
+        )
+        self.publisher = KVEventCollector()
+        self.engine_core = make_engine_core(self.manager, config, self.publisher)
+        self._snapshots = Snapshots(self.manager, GROUP_0)
+        self.scheduler = self.engine_core.scheduler
+        self.arrived: set[str] = set()
+        self.totals = PrefixCacheStats()  # summed over the SchedulerStats of every update
+        self.window = CachingMetrics()
+        self.reset_ok: list[bool] = []
+
+    # ---- one op ----------------------------------------------------------------------------
+
+    def apply(self, op: Op) -> Step:
+        if self.recorder is not None:
+            self.recorder.clear()
+        out: dict[str, Any] = {"ok": True}
+        getattr(self, f"_op_{op.op}")(op, out)
+        step = Step(
+            index=op.index,
+            op=op,
+            ok=out["ok"],
+            events=out.get("events", ()),
+            snapshot=self.snapshot() if self.record or op.expect else None,
+            hashed=out.get("hashed", ()),
+            preempted=tuple(out.get("preempted", ())),
+            engine_step=out.get("engine_step"),
+            **(self.recorder.records() if self.recorder is not None else {}),
+        )
+        return with_expectations(step)
+
+    def _fail(self, op: Op, field_name: str, msg: str) -> StepError:
+        return StepError(f"{self.scenario.source}: {op.label}: {field_name}: {msg}")
+
+    def _op_arrive(self, op: Op, out: dict[str, Any]) -> None:
+        assert op.id is not None and op.output is not None
+        if op.id in self.scheduler.requests:
+            raise self._fail(op, "id", f"request {op.id!r} is still held by the scheduler (it has not finished)")
+        if self.engine_core.in_flight(op.id):
+            raise self._fail(
+                op, "id", f"request {op.id!r} is still in a batch in flight (step once more before reusing the id)"
+            )
+        lora = LoRARequest(op.lora.name, op.lora.id, op.lora.path) if op.lora else None
+        req = Request(
+            op.id, op.prompt, self.hasher, lora, op.cache_salt, (), op.prompt_logprobs, max_tokens=len(op.output)
+        )
+        self.engine_core.add_request(req, op.output)
+        self.arrived.add(op.id)
+        if self.record:
+            out["hashed"] = hashed_since(req, 0, self.scenario.engine.block_size)
+
+    def _op_step(self, op: Op, out: dict[str, Any]) -> None:
+        num_batches = len(self.publisher.batches)
+        result: EngineStep = self.engine_core.step_fn()
+        out["events"] = tuple(e for b in self.publisher.batches[num_batches:] for e in b.events)
+        scheduled = result.scheduler_output
+        outs = result.engine_core_outputs
+        step_stats = None
+        if outs is not None and outs.scheduler_stats is not None:
+            stats = outs.scheduler_stats.prefix_cache_stats
+            self.totals.add(stats)
+            self.window.observe(stats)
+            step_stats = stats.as_dict()
+        rec = self.recorder
+        out["preempted"] = () if scheduled is None else tuple(scheduled.preempted_reqs)
+        out["engine_step"] = EngineStepRecord(
+            scheduled={} if scheduled is None else dict(scheduled.num_scheduled_tokens),
+            outputs={}
+            if outs is None
+            else {o.request_id: tuple(o.new_token_ids) for o in outs.outputs if o.new_token_ids},
+            finished=() if outs is None else tuple(o.request_id for o in outs.outputs if o.finished),
+            step_stats=step_stats,
+            batch=() if rec is None else tuple(rec.batch),
+            preemption_reasons=() if rec is None else tuple(rec.preemptions),
+        )
+
+    def _op_abort(self, op: Op, out: dict[str, Any]) -> None:
+        assert op.id is not None
+        if op.id not in self.arrived:
+            raise self._fail(op, "id", f"no request {op.id!r} has arrived")
+        self.engine_core.abort_requests([op.id])
+
+    def _op_reset(self, op: Op, out: dict[str, Any]) -> None:
+        ok = self.engine_core.reset_prefix_cache(op.running, bool(op.external))
+        self.reset_ok.append(ok)
+        out["ok"] = ok
+        if self.recorder is not None:  # who the reset preempted, as the scheduler reported it
+            out["preempted"] = [rid for rid, _ in self.recorder.preemptions]
+
+    # ---- state -----------------------------------------------------------------------------
+
+    def stats_so_far(self) -> dict[str, int]:
+        """Every admission recorded so far: the updates' stats plus those not yet reported."""
+        totals = PrefixCacheStats()
+        totals.add(self.totals)
+        pending = self.manager.prefix_cache_stats
+        if pending is not None:
+            totals.add(pending)
+        return totals.as_dict()
+
+    def snapshot(self) -> Snapshot:
+        return self._snapshots.take(self.scheduler.requests.values(), self.stats_so_far(), self.window)
+
+    def trace(self, initial: Snapshot, steps: list[Step]) -> Trace:
+        ctx = self.ctx
+        return Trace(
+            scenario=self.scenario,
+            hash_seed=None if ctx is None else ctx.hash_seed,
+            none_hash=None if ctx is None else bytes(ctx.none_hash),
+            initial=initial,
+            steps=tuple(steps),
+            reset_ok=tuple(self.reset_ok),
+            final_snapshot=None if self.record else self.snapshot(),
+        )
+
+
+def replay_engine_steps(
+    scenario: Scenario, hash_seed: str | None = None, upto: int | None = None, record: bool = True
+) -> Trace:
+    """`replay` for an engine-step scenario (see explorer.scenario.engine.replay)."""
+    engine = EngineStepReplay(scenario, hash_seed, record=record)
+    initial = engine.snapshot()
+    ops = scenario.ops if upto is None else scenario.ops[:upto]
+    return engine.trace(initial, [engine.apply(op) for op in ops])

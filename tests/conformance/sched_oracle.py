@@ -1,0 +1,77 @@
+"""Talk to vLLM 0.31.0's own Scheduler / AsyncScheduler from the project's test environment.
+
+``VllmSchedOracle`` is ``VllmOracle`` (tests/conformance/oracle.py) running
+``vllm_sched_driver.py`` instead: one long-lived process inside ``.venv-vllm``, started on
+first use (importing vLLM and building the first ModelConfig take seconds, a scenario
+milliseconds). It reads normalized engine-step scenarios (``engine_step_scenarios.normalize``)
+and answers the engine-step replay JSON; ``oracle.compare`` diffs two such answers.
+
+The goldens of tests/scenario/golden/engine_steps/ carry vLLM's recorded answers beside them
+(``NAME.vllm.json``); re-record them, after checking why they changed, with
+    .venv/bin/python -m tests.conformance.sched_oracle record
+
+This module runs in the project's virtualenv; it never imports vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from tests.conformance.engine_step_scenarios import load_toml
+from tests.conformance.oracle import HERE, REPO_ROOT, VllmOracle, compare
+
+SCHED_DRIVER = HERE / "vllm_sched_driver.py"
+GOLDEN_DIR = REPO_ROOT / "tests" / "scenario" / "golden" / "engine_steps"
+
+__all__ = ["GOLDEN_DIR", "VllmSchedOracle", "compare", "expected_path", "golden_paths", "read_expected"]
+
+
+class VllmSchedOracle(VllmOracle):
+    """One vllm_sched_driver.py process; ``replay`` sends an engine-step scenario, gets JSON.
+
+    Missing ``.venv-vllm`` is an error (``VllmOracleError``), never a skip.
+    """
+
+    driver = SCHED_DRIVER
+
+    def replay_toml(self, path: str | Path) -> dict:
+        return self.replay(load_toml(path))
+
+
+def golden_paths() -> list[Path]:
+    return sorted(GOLDEN_DIR.glob("*.toml"))
+
+
+def expected_path(toml_path: Path) -> Path:
+    """vLLM's recorded answer beside a golden: NAME.toml -> NAME.vllm.json."""
+    return toml_path.with_suffix(".vllm.json")
+
+
+def read_expected(toml_path: Path) -> dict:
+    return json.loads(expected_path(toml_path).read_text(encoding="utf-8"))
+
+
+def format_answer(result: dict) -> str:
+    """The recorded form: one step a line, then the final state, so a diff names the step."""
+    steps = ",\n  ".join(json.dumps(step, separators=(",", ":")) for step in result["steps"])
+    final = json.dumps(result["final"], separators=(",", ":"))
+    return f'{{"steps": [\n  {steps}\n ],\n "final": {final}}}\n'
+
+
+def record(paths: list[Path] | None = None) -> list[Path]:
+    """Replay every golden through vLLM and write its NAME.vllm.json."""
+    written = []
+    with VllmSchedOracle() as oracle:
+        for path in paths or golden_paths():
+            expected_path(path).write_text(format_answer(oracle.replay_toml(path)), encoding="utf-8")
+            written.append(expected_path(path))
+    return written
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["record"]:
+        sys.exit("usage: python -m tests.conformance.sched_oracle record")
+    for p in record():
+        print(p.relative_to(REPO_ROOT))

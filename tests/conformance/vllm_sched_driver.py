@@ -1,0 +1,553 @@
+"""Conformance oracle for engine-step scenarios: vLLM 0.31.0's own Scheduler / AsyncScheduler.
+
+Runs inside the vLLM virtualenv (``.venv-vllm``, made by ``setup_vllm.sh``), never inside the
+project's own one, and so must not import ``explorer``.
+
+Protocol (as ``vllm_driver.py``): one normalized engine-step scenario per JSON line on stdin; for
+each, one JSON line on stdout: the replay JSON of an engine-step scenario (design.md section 7:
+``{"steps": [...], "final": {...}}``), or ``{"error": "..."}`` when vLLM raised or the scenario
+asks for something the engine would refuse. With ``"timing": {"repeat": N}`` in a scenario it is
+replayed N times and ``"timing": {"build_s": [...], "replay_s": [...]}`` is added (scheduler
+construction; the op loop, event encoding and the JSON excluded). A line ``{"toml_file": PATH}``
+replays an engine-step TOML (read by ``engine_step_scenarios.py`` beside this file), timed whole.
+
+What it builds, once per scenario: vLLM's real ``Scheduler`` (``scheduler = "sync"``) or
+``AsyncScheduler`` (``"async"``) over a config.json-only model folder on the CPU, with
+``num_gpu_blocks`` set by hand and the KV event publisher replaced by a recorder. The
+``VllmConfig`` (its first ``ModelConfig`` costs seconds) is cached per distinct setting. The
+model runner is played: a scheduled request that is not a prefill chunk samples the token of
+its ``output`` at the position being computed. Each ``step`` op is one call of EngineCore's
+``step()`` (sync) or ``step_with_batch_queue()`` with a queue of 2 (async), replayed around the
+scheduler in the order ``vllm/v1/engine/core.py`` (0.31.0) calls it; every scheduling, cache,
+event and stats decision is made by vLLM's own code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from collections import deque
+from pathlib import Path
+
+# vLLM's logger writes to stdout; keep stdout for the protocol alone (as vllm_driver.py does).
+_PROTOCOL_OUT = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
+os.dup2(2, 1)
+sys.stdout = sys.stderr
+
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+# No scenario may see an inherited seed; each sets its own before hashing.
+os.environ.pop("PYTHONHASHSEED", None)
+
+import msgspec  # noqa: E402
+import torch  # noqa: E402
+import vllm.envs as vllm_envs  # noqa: E402
+import vllm.v1.core.kv_cache_utils as kcu  # noqa: E402
+from vllm.config import (  # noqa: E402
+    CacheConfig,
+    DeviceConfig,
+    KVEventsConfig,
+    ModelConfig,
+    SchedulerConfig,
+    VllmConfig,
+)
+from vllm.lora.request import LoRARequest  # noqa: E402
+from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
+from vllm.v1.core.kv_cache_utils import get_block_hash, get_request_block_hasher, init_none_hash  # noqa: E402
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec  # noqa: E402
+from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput  # noqa: E402
+from vllm.v1.request import Request, RequestStatus  # noqa: E402
+from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+STAT_FIELDS = ("requests", "queries", "hits", "preempted_requests", "preempted_queries", "preempted_hits")
+# vllm/config/vllm.py:592-602 (0.31.0): async scheduling with the V1 runner and no pipeline
+# parallelism gives max_concurrent_batches = 2, EngineCore's batch queue size (core.py:214-220).
+BATCH_QUEUE_SIZE = 2
+
+
+class ScenarioError(Exception):
+    """The scenario asks for something the engine would refuse (bad input in design.md)."""
+
+
+# ---- configs, cached per distinct setting -------------------------------------------------
+
+# A 2-layer Llama shape: ModelConfig reads only config.json (no weights, no tokenizer).
+_TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "vocab_size": 1000,
+    "rms_norm_eps": 1e-5,
+    "torch_dtype": "float32",
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+_MAX_CACHED_CONFIGS = 64  # every size has a cap: the least recently used setting is dropped
+
+
+class Configs:
+    """ModelConfig per max_model_len, VllmConfig per distinct engine setting (one driver process)."""
+
+    def __init__(self) -> None:
+        self._root = tempfile.TemporaryDirectory(prefix="vllm-sched-model-")
+        self._models: dict[int, ModelConfig] = {}
+        self._vllm: dict[tuple, VllmConfig] = {}
+        self.built = 0
+
+    def model(self, max_model_len: int) -> ModelConfig:
+        mc = self._models.get(max_model_len)
+        if mc is None:
+            folder = Path(self._root.name) / str(max_model_len)
+            folder.mkdir(exist_ok=True)
+            shape = dict(_TINY_LLAMA, max_position_embeddings=max(max_model_len, 4096))
+            (folder / "config.json").write_text(json.dumps(shape))
+            mc = ModelConfig(model=str(folder), skip_tokenizer_init=True, dtype="float32", max_model_len=max_model_len)
+            self._models[max_model_len] = mc
+        return mc
+
+    def vllm(self, eng: dict) -> VllmConfig:
+        key = (
+            int(eng["max_model_len"]),
+            int(eng["block_size"]),
+            bool(eng["enable_prefix_caching"]),
+            eng["hash_algo"],
+            bool(eng["events"]),
+            eng["scheduler"],
+            int(eng["max_num_batched_tokens"]),
+            int(eng["max_num_seqs"]),
+            int(eng["long_prefill_token_threshold"]),
+        )
+        vc = self._vllm.pop(key, None)
+        if vc is None:
+            mml, bs, caching, algo, events, sched, mnbt, seqs, lpt = key
+            if sched not in ("sync", "async"):
+                raise ScenarioError(f"unknown scheduler {sched!r}")
+            try:
+                sc = SchedulerConfig(
+                    max_num_seqs=seqs,
+                    max_num_batched_tokens=mnbt,
+                    max_model_len=mml,
+                    long_prefill_token_threshold=lpt,
+                    enable_chunked_prefill=True,
+                    async_scheduling=sched == "async",
+                    is_encoder_decoder=False,
+                )
+                cc = CacheConfig(block_size=bs, enable_prefix_caching=caching, prefix_caching_hash_algo=algo)
+                vc = VllmConfig(
+                    model_config=self.model(mml),
+                    device_config=DeviceConfig(device="cpu"),
+                    scheduler_config=sc,
+                    cache_config=cc,
+                    kv_events_config=KVEventsConfig(enable_kv_cache_events=events, publisher="null"),
+                )
+            except ValueError as exc:  # pydantic's ValidationError is a ValueError
+                first = next((ln.strip() for ln in str(exc).splitlines() if "error," in ln), str(exc).splitlines()[0])
+                raise ScenarioError(f"vLLM refused the engine settings: {first}") from None
+            if vc.max_concurrent_batches != (BATCH_QUEUE_SIZE if sched == "async" else 1):
+                raise RuntimeError(f"unexpected max_concurrent_batches {vc.max_concurrent_batches}")
+            self.built += 1
+        self._vllm[key] = vc  # most recently used last
+        while len(self._vllm) > _MAX_CACHED_CONFIGS:
+            del self._vllm[next(iter(self._vllm))]
+        return vc
+
+
+CONFIGS: Configs | None = None  # built on first use, once per driver process
+
+
+def _configs() -> Configs:
+    global CONFIGS
+    if CONFIGS is None:
+        CONFIGS = Configs()
+    return CONFIGS
+
+
+# ---- encoding -------------------------------------------------------------------------------
+
+
+def _jsonable(value):
+    """msgpack-decoded values -> JSON values (bytes become lowercase hex)."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _encode_events(events) -> list:
+    # What a subscriber decoding vLLM's msgpack sees: a map led by "type", defaults left out.
+    return [_jsonable(msgspec.msgpack.decode(msgspec.msgpack.encode(ev))) for ev in events]
+
+
+def _stats_dict(stats) -> dict:
+    return {name: getattr(stats, name) for name in STAT_FIELDS}
+
+
+class EventRecorder:
+    """Stands in for the scheduler's kv_event_publisher: keeps every KVEventBatch published."""
+
+    def __init__(self) -> None:
+        self.batches: list = []
+
+    def publish(self, batch) -> None:
+        self.batches.append(batch)
+
+    def shutdown(self) -> None:
+        pass
+
+
+# ---- one scenario ---------------------------------------------------------------------------
+
+
+class EngineReplay:
+    def __init__(self, scenario: dict):
+        eng = scenario["engine"]
+        self.block_size = int(eng["block_size"])
+        self.num_blocks = int(eng["num_blocks"])
+        self.max_model_len = int(eng["max_model_len"])
+        self.async_sched = eng["scheduler"] == "async"
+        caching = bool(eng["enable_prefix_caching"])
+
+        # Environment as vLLM reads it, per scenario (see vllm_driver.py).
+        os.environ["VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES"] = "1" if eng["int_block_hashes"] else "0"
+        if getattr(vllm_envs, "_is_envs_cache_enabled", lambda: False)():
+            vllm_envs.disable_envs_cache()
+        assert bool(eng["int_block_hashes"]) == vllm_envs.VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES
+
+        vc = _configs().vllm(eng)
+        start = time.perf_counter()
+        # EngineCore.__init__ (core.py:225-234): NONE_HASH and the block hasher exist only with
+        # prefix caching (or a connector); the hash seed is PYTHONHASHSEED as vLLM reads it.
+        self.hasher = None
+        self.none_hash = None
+        self.hash_seed = None
+        if caching:
+            seed = eng.get("hash_seed")
+            if seed is None:
+                os.environ.pop("PYTHONHASHSEED", None)
+            else:
+                os.environ["PYTHONHASHSEED"] = str(seed)
+            hash_fn = get_hash_fn_by_name(eng["hash_algo"])
+            init_none_hash(hash_fn)
+            self.hasher = get_request_block_hasher(self.block_size, hash_fn)
+            self.none_hash = kcu.NONE_HASH.hex()
+            self.hash_seed = kcu.get_none_hash_seed()
+
+        # Scheduler.__init__ asserts num_gpu_blocks (scheduler.py:195-196); it reads the config
+        # only while it is built, so one cached VllmConfig serves every pool size.
+        vc.cache_config.num_gpu_blocks = self.num_blocks
+        kv_cache_config = KVCacheConfig(
+            num_blocks=self.num_blocks,
+            kv_cache_tensors=[],
+            kv_cache_groups=[
+                KVCacheGroupSpec(
+                    ["layer.0"],
+                    FullAttentionSpec(block_size=self.block_size, num_kv_heads=1, head_size=1, dtype=torch.float32),
+                )
+            ],
+        )
+        cls = AsyncScheduler if self.async_sched else Scheduler
+        self.sched = cls(
+            vllm_config=vc,
+            kv_cache_config=kv_cache_config,
+            structured_output_manager=StructuredOutputManager(vc),
+            block_size=self.block_size,
+            hash_block_size=self.block_size,
+            log_stats=True,
+        )
+        self.recorder = EventRecorder()
+        self.sched.kv_event_publisher = self.recorder
+        # Observe (never change) preemptions in the order vLLM makes them.
+        self.preempt_log: list[str] = []
+        preempt = self.sched._preempt_request
+
+        def recorded_preempt(request, *args, **kwargs):
+            self.preempt_log.append(request.request_id)
+            return preempt(request, *args, **kwargs)
+
+        self.sched._preempt_request = recorded_preempt
+        self.build_seconds = time.perf_counter() - start
+
+        self.batch_queue: deque = deque()  # (scheduler_output, model_runner_output), newest left
+        self.outputs: dict[str, list[int]] = {}  # the played model's tokens per request
+        self.arrived: set[str] = set()
+        self.reset_ok: list[bool] = []
+        self.reported_stats = dict.fromkeys(STAT_FIELDS, 0)
+        self.steps: list[dict] = []
+        self.events: list[list] = []  # per step: the raw events vLLM published in it
+        self.arrivals = 0
+
+    # ---- the played model runner ----------------------------------------------------------
+
+    def _execute(self, so) -> ModelRunnerOutput:
+        """The model runner's answer for a scheduled batch, decided when the batch is scheduled.
+
+        A request whose computed tokens (after this batch) stay below its num_tokens plus
+        placeholders is a prefill chunk: the runner discards its sample (gpu_model_runner.py
+        L2086-2091) and returns []. Every other request samples position num_computed_tokens,
+        i.e. output index num_computed_tokens - num_prompt_tokens.
+        """
+        if so.total_num_scheduled_tokens == 0:
+            return EMPTY_MODEL_RUNNER_OUTPUT
+        req_ids = list(so.num_scheduled_tokens)
+        sampled: list[list[int]] = []
+        for rid in req_ids:
+            req = self.sched.requests[rid]
+            if req.is_prefill_chunk:
+                sampled.append([])
+                continue
+            index = req.num_computed_tokens - req.num_prompt_tokens
+            output = self.outputs[rid]
+            if not 0 <= index < len(output):
+                raise ScenarioError(f"the played model was asked for output[{index}] of {rid!r} ({len(output)} tokens)")
+            sampled.append([output[index]])
+        return ModelRunnerOutput(
+            req_ids=req_ids,
+            req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+            sampled_token_ids=sampled,
+        )
+
+    def _schedule(self, entry: dict):
+        self.preempt_log = []
+        so = self.sched.schedule(False)  # EngineCore._should_throttle_prefills() is False (core.py:625-628)
+        entry["scheduled"] = {rid: int(n) for rid, n in so.num_scheduled_tokens.items()}
+        entry["preempted"] = list(self.preempt_log)
+        return so, self._execute(so)
+
+    def _update(self, entry: dict, so, mro) -> None:
+        published = len(self.recorder.batches)
+        eco = self.sched.update_from_output(so, mro)
+        outputs: dict[str, list[int]] = {}
+        finished: list[str] = []
+        stats = None
+        for client_outputs in eco.values():
+            for out in client_outputs.outputs:
+                if out.new_token_ids:
+                    outputs[out.request_id] = [int(t) for t in out.new_token_ids]
+                if out.finish_reason is not None:
+                    finished.append(out.request_id)
+            if client_outputs.scheduler_stats is not None:
+                stats = client_outputs.scheduler_stats.prefix_cache_stats
+        entry["outputs"] = outputs
+        entry["finished"] = finished
+        entry["step_stats"] = None if stats is None else _stats_dict(stats)
+        if stats is not None:
+            for name in STAT_FIELDS:
+                self.reported_stats[name] += getattr(stats, name)
+        batches = self.recorder.batches[published:]
+        assert len(batches) <= 1, "update_from_output publishes at most one batch"
+        self.events[-1] = list(batches[0].events) if batches else []
+
+    # ---- ops --------------------------------------------------------------------------------
+
+    def op_arrive(self, op: dict, entry: dict) -> None:
+        rid = op["id"]
+        if rid in self.sched.requests:
+            raise ScenarioError(f"request {rid!r} is still live")
+        if any(rid in so.num_scheduled_tokens for so, _ in self.batch_queue):
+            # An aborted request's batch is still in flight: update_from_output looks requests up
+            # by id (scheduler.py:2020, 2032), so vLLM would hand its output to the new request.
+            raise ScenarioError(f"request {rid!r} is still in a batch in flight")
+        if op.get("mm"):
+            raise ScenarioError("mm is bad input in an engine-step scenario")
+        prompt = [int(t) for t in op["prompt"]]
+        output = [int(t) for t in op["output"]]
+        if not prompt or not output:
+            raise ScenarioError(f"request {rid!r} needs a non-empty prompt and output")
+        if len(prompt) + len(output) > self.max_model_len:
+            raise ScenarioError(f"request {rid!r}: prompt + output exceed max_model_len")
+        lora = op.get("lora")
+        lora_request = (
+            LoRARequest(lora_name=lora["name"], lora_int_id=int(lora["id"]), lora_path=lora["path"]) if lora else None
+        )
+        params = SamplingParams(
+            max_tokens=len(output),
+            ignore_eos=True,
+            prompt_logprobs=1 if op.get("prompt_logprobs") else None,
+        )
+        self.arrivals += 1
+        req = Request(
+            request_id=rid,
+            prompt_token_ids=prompt,
+            sampling_params=params,
+            pooling_params=None,
+            arrival_time=float(self.arrivals),
+            lora_request=lora_request,
+            cache_salt=op.get("cache_salt"),
+            block_hasher=self.hasher,
+        )
+        self.outputs[rid] = output
+        self.arrived.add(rid)
+        self.sched.add_request(req)  # EngineCore.add_request (core.py:486-526)
+
+    def op_step(self, op: dict, entry: dict) -> None:
+        entry.update(scheduled={}, outputs={}, preempted=[], finished=[], step_stats=None)
+        if self.async_sched:
+            self._step_with_batch_queue(entry)
+        else:
+            self._step(entry)
+
+    def _step(self, entry: dict) -> None:
+        """EngineCore.step() (core.py:630-659)."""
+        if not self.sched.has_requests():  # core.py:638-639: nothing to do
+            return
+        so, mro = self._schedule(entry)  # core.py:640-641 (schedule, execute_model)
+        self.sched.get_grammar_bitmask(so)  # core.py:642
+        self._update(entry, so, mro)  # core.py:653-656 (no aborts arrive mid-step)
+
+    def _step_with_batch_queue(self, entry: dict) -> None:
+        """EngineCore.step_with_batch_queue() (core.py:670-783) with a batch queue of 2."""
+        queue = self.batch_queue
+        assert len(queue) < BATCH_QUEUE_SIZE  # core.py:692
+        if self.sched.has_requests():  # core.py:696
+            so, mro = self._schedule(entry)  # core.py:697-701
+            model_executed = so.total_num_scheduled_tokens > 0  # core.py:702-703
+            if model_executed:  # core.py:709-717: nothing structured, so sample at once
+                self.sched.get_grammar_bitmask(so)
+            queue.appendleft((so, mro))  # core.py:725: empty batches are queued too
+            if len(queue) < BATCH_QUEUE_SIZE and (model_executed or self.sched.has_requests()):
+                return  # core.py:726-731: do not block on the oldest batch yet
+        elif not queue:
+            return  # core.py:733-737: nothing to do
+        so, mro = queue.pop()  # core.py:740: the oldest batch
+        self._update(entry, so, mro)  # core.py:754-757
+
+    def op_abort(self, op: dict, entry: dict) -> None:
+        rid = op["id"]
+        if rid not in self.arrived:
+            raise ScenarioError(f"request {rid!r} never arrived")
+        # EngineCore.abort_requests (core.py:532-537); a finished id is ignored by vLLM.
+        self.sched.finish_requests(rid, RequestStatus.FINISHED_ABORTED)
+
+    def op_reset(self, op: dict, entry: dict) -> None:
+        # EngineCore.reset_prefix_cache (core.py:831-836) -> Scheduler.reset_prefix_cache.
+        ok = bool(self.sched.reset_prefix_cache(bool(op.get("running")), bool(op.get("external"))))
+        self.reset_ok.append(ok)
+        entry["ok"] = ok
+
+    # ---- driver -----------------------------------------------------------------------------
+
+    def run(self, ops: list[dict]) -> dict:
+        start = time.perf_counter()
+        for index, op in enumerate(ops):
+            name = op.get("op")
+            handler = getattr(self, f"op_{name}", None)
+            if handler is None:
+                raise ScenarioError(f"step {index}: unknown op {name!r}")
+            entry = {"op": name, "id": op.get("id") if name in ("arrive", "abort") else None, "ok": True}
+            self.events.append([])
+            try:
+                handler(op, entry)
+            except ScenarioError as exc:
+                raise ScenarioError(f"step {index} ({name}): {exc}") from None
+            except Exception as exc:
+                raise ScenarioError(f"step {index} ({name}): vLLM raised {type(exc).__name__}: {exc}") from exc
+            self.steps.append(entry)
+        self.replay_seconds = time.perf_counter() - start
+        for entry, events in zip(self.steps, self.events):
+            entry["events"] = _encode_events(events)
+        return {"steps": self.steps, "final": self.final()}
+
+    def final(self) -> dict:
+        mgr = self.sched.kv_cache_manager
+        pool = mgr.block_pool
+
+        def digest_hex(key) -> str | None:
+            return None if key is None else get_block_hash(key).hex()
+
+        cached: dict[str, list[int]] = {}
+        for key, value in pool.cached_block_hash_to_block._cache.items():
+            ids = [blk.block_id for blk in value.values()] if isinstance(value, dict) else [value.block_id]
+            cached.setdefault(digest_hex(key), []).extend(ids)
+        # Every admission so far: the stats each update reported, plus what the manager has
+        # recorded since the last make_stats (an async batch not updated yet).
+        pending = mgr.prefix_cache_stats
+        stats = {name: self.reported_stats[name] + getattr(pending, name) for name in STAT_FIELDS}
+        return {
+            "free_queue": [blk.block_id for blk in pool.free_block_queue.get_all_free_blocks()],
+            "blocks": [
+                {"id": blk.block_id, "ref_cnt": blk.ref_cnt, "hash": digest_hex(blk.block_hash)}
+                for blk in pool.blocks
+                if not blk.is_null
+            ],
+            "cached": cached,
+            "requests": {
+                rid: {
+                    "block_ids": list(mgr.get_block_ids(rid)[0]),
+                    "num_computed_tokens": req.num_computed_tokens,
+                    "block_hashes": [h.hex() for h in req.block_hashes],
+                    "status": req.status.name.lower(),
+                    "num_output_tokens": req.num_output_tokens,
+                }
+                for rid, req in self.sched.requests.items()
+            },
+            "stats": stats,
+            "reset_ok": self.reset_ok,
+            "none_hash": self.none_hash,
+            "hash_seed": self.hash_seed,
+        }
+
+
+def replay(scenario: dict) -> dict:
+    """The replay JSON; with ``"timing": {"repeat": N}`` replayed N times, seconds added."""
+    if scenario.get("kind", "engine_steps") != "engine_steps":
+        raise ScenarioError(f"not an engine-step scenario: kind {scenario.get('kind')!r}")
+    timing = scenario.get("timing")
+    if not timing:
+        return EngineReplay(scenario).run(scenario["ops"])
+    build, seconds = [], []
+    for _ in range(max(1, int(timing.get("repeat", 1)))):
+        rep = EngineReplay(scenario)
+        result = rep.run(scenario["ops"])
+        build.append(rep.build_seconds)
+        seconds.append(rep.replay_seconds)
+    result["timing"] = {"build_s": build, "replay_s": seconds, "configs_built": _configs().built}
+    return result
+
+
+def run_toml_file(path: str) -> str:
+    """A whole engine-step TOML on vLLM's side, timed: read, normalize, replay, encode."""
+    sys.path.insert(0, str(HERE))
+    import engine_step_scenarios  # stdlib only; lives beside this file
+
+    start = time.perf_counter()
+    scenario = engine_step_scenarios.load_toml(path)
+    text = json.dumps(replay(scenario))
+    seconds = time.perf_counter() - start
+    return f'{{"whole_s": {seconds!r}, "result": {text}}}'
+
+
+def main() -> int:
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            message = json.loads(line)
+            if "toml_file" in message:
+                _PROTOCOL_OUT.write(run_toml_file(message["toml_file"]) + "\n")
+                _PROTOCOL_OUT.flush()
+                continue
+            result = replay(message)
+        except ScenarioError as exc:
+            result = {"error": str(exc)}
+        except Exception as exc:  # one bad scenario must not end the process
+            result = {"error": f"{type(exc).__name__}: {exc}"}
+        _PROTOCOL_OUT.write(json.dumps(result, separators=(",", ":")) + "\n")
+        _PROTOCOL_OUT.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
