@@ -204,15 +204,20 @@ def _expect(ctx: _Ctx, where: str, op: str, raw: Any) -> dict[str, Any]:
 
 
 def _is_kind(value: Any, kind: str) -> bool:
+    def integer(x: Any) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool)
+
     if kind == "true or false":
         return isinstance(value, bool)
     if kind == "an integer":
-        return isinstance(value, int) and not isinstance(value, bool)
+        return integer(value)
+    if kind == "a table of integers":
+        return isinstance(value, Mapping) and all(isinstance(k, str) and integer(v) for k, v in value.items())
     if not isinstance(value, list):
         return False
     if kind == "an array of strings":
         return all(isinstance(x, str) for x in value)
-    return all(isinstance(x, int) and not isinstance(x, bool) for x in value)
+    return all(integer(x) for x in value)
 
 
 def _step(ctx: _Ctx, i: int, raw: Any, loras: _LoraRegistry, budget: SizeBudget, engine_steps: bool = False) -> Op:

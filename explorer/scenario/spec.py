@@ -60,6 +60,10 @@ EXPECT_TYPES: dict[str, str] = {
     "free_queue": "an array of integers",
     "event_types": "an array of strings",
     **{k: "an integer" for k in _STATS_KEYS},
+    # engine steps (design section 7)
+    "scheduled": "a table of integers",
+    "preempted": "an array of strings",
+    "finished": "an array of strings",
 }
 
 

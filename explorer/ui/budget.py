@@ -43,7 +43,8 @@ def estimate_replay_bytes(scenario: Scenario) -> int:
     request_cost = 0
     for op in scenario.ops:
         if op.op == "arrive" and op.id is not None:
-            n = len(op.prompt)
+            # An engine-step arrival is held with all the tokens it will sample (`output`).
+            n = len(op.prompt) + len(op.output or ())
             tokens += n
             live_blocks -= _cdiv(live.get(op.id, 0), bs)
             live[op.id] = n
@@ -53,7 +54,7 @@ def estimate_replay_bytes(scenario: Scenario) -> int:
             live[op.id] = old + len(op.tokens)
             tokens += len(op.tokens)
             live_blocks += _cdiv(live[op.id], bs) - _cdiv(old, bs)
-        elif op.op == "finish" and op.id in live:
+        elif op.op in ("finish", "abort") and op.id in live:
             live_blocks -= _cdiv(live.pop(op.id), bs)
         request_cost += live_blocks * PER_REQUEST_BLOCK_SNAPSHOT + len(live) * PER_REQUEST_SNAPSHOT
     steps = len(scenario.ops)

@@ -8,7 +8,9 @@ import json
 import streamlit as st
 
 from explorer.scenario.trace import Trace
-from explorer.ui import bound
+from explorer.ui import bound, engine_step_panels
+from explorer.ui.engine_step_panels import draws_step
+from explorer.ui.explain import engine_step
 from explorer.ui.explain import step as explain
 from explorer.ui.explain.records import PANEL_TITLES
 from explorer.ui.explain.refs import REFS
@@ -66,7 +68,7 @@ def _refs_line(refs) -> str:
 
 
 def now_box(trace: Trace, k: int, base_ops: int) -> None:
-    now = explain.now(trace, k)
+    now = (engine_step.now if trace.scenario.sched is not None else explain.now)(trace, k)
     n = len(trace.steps)
     origin = ' <span class="px-tag">playground</span>' if k > base_ops else ""
     extra = ""
@@ -97,6 +99,9 @@ def _short(v: object) -> str:
 
 
 def phase_panels(trace: Trace, k: int, changed: set[int], selected: int | None) -> None:
+    if draws_step(trace, k):
+        engine_step_panels.phase_panels(trace, k, changed, selected)
+        return
     panels = explain.panels(trace, k)
     st.html(phase_strip_html({p.key: p.summary for p in panels}, PANEL_TITLES))
     if k == 0:

@@ -97,7 +97,13 @@ def replay_cache() -> ReplayCache:
 
 
 def _scenario_cost(sc: Scenario) -> int:
-    return sum(len(op.prompt) + (len(op.tokens) if isinstance(op.tokens, tuple) else 0) for op in sc.ops) * PER_TOKEN
+    return (
+        sum(
+            len(op.prompt) + len(op.output or ()) + (len(op.tokens) if isinstance(op.tokens, tuple) else 0)
+            for op in sc.ops
+        )
+        * PER_TOKEN
+    )
 
 
 def base_scenario(view: ViewState) -> Scenario:

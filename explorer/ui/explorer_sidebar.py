@@ -90,7 +90,10 @@ def sidebar(view: ViewState, base: Scenario | None, sc: Scenario | None, trace: 
                 caption("Changed: " + ", ".join(f"{k} = {v!r}" for k, v in view.engine.items()))
 
     with sb.expander("Playground", expanded=bool(view.edits), key="px_x_playground"):
-        _playground(view, sc, trace)
+        if sc is not None and sc.sched is not None:
+            st.caption("The playground acts at manager level; an engine-step scenario is changed in its file.")
+        else:
+            _playground(view, sc, trace)
 
     with sb.expander("Files", expanded=False, key="px_x_files"):
         st.file_uploader(

@@ -338,9 +338,9 @@ class Replayed:
 def replay_until_error(scenario: Scenario) -> Replayed:
     """Replay every step; a step that cannot run (bad input for the engine's state) ends the
     replay there, and the steps before it are kept so the page can still show them."""
-    from explorer.scenario.engine import ScenarioEngine
+    from explorer.scenario.engine import engine_for
 
-    engine = ScenarioEngine(scenario)
+    engine = engine_for(scenario)
     initial = engine.snapshot()
     steps = []
     error = None

@@ -21,11 +21,13 @@ def test_a_shared_snapshot_equals_a_fresh_one_at_every_step(seed):
     sc = parse_scenario_dict(random_scenario(seed, 80), "<random>")
     engine = ScenarioEngine(sc)
     assert engine.snapshot() == Snapshots(engine.manager, GROUP_0).take(
-        engine.requests.values(), engine.totals, engine.window
+        engine.requests.values(), engine.totals.as_dict(), engine.window
     )
     for op in sc.ops:
         step = engine.apply(op)
-        fresh = Snapshots(engine.manager, GROUP_0).take(engine.requests.values(), engine.totals, engine.window)
+        fresh = Snapshots(engine.manager, GROUP_0).take(
+            engine.requests.values(), engine.totals.as_dict(), engine.window
+        )
         assert step.snapshot == fresh, op.label
 
 

@@ -52,6 +52,20 @@ def _measured(text: str) -> tuple[int, int]:
     return held, estimate_replay_bytes(sc)
 
 
+def _engine_steps_heavy() -> str:
+    lines = ["[engine]", "block_size = 16", "num_blocks = 2000", "max_num_batched_tokens = 512", "max_num_seqs = 16"]
+    for i in range(16):
+        lines += ["[[steps]]", 'op = "arrive"', f'id = "E{i}"', f'prompt = "{i * 10_000}:{i * 10_000 + 1_500}"']
+        lines.append(f'output = "{900_000 + i * 1_000}:{900_000 + i * 1_000 + 200}"')
+    lines += ["[[steps]]", 'op = "step"'] * 120
+    return "\n".join(lines) + "\n"
+
+
+def test_the_estimate_covers_an_engine_step_replay():
+    held, est = _measured(_engine_steps_heavy())
+    assert held <= est, (held, est)
+
+
 @pytest.mark.parametrize("make", [_pool_heavy, _requests_heavy], ids=["pool", "requests"])
 def test_the_estimate_covers_what_a_replay_holds(make):
     held, est = _measured(make())

@@ -12,8 +12,8 @@ import streamlit as st
 from explorer.errors import BadInput
 from explorer.scenario.parse import load_scenario
 from explorer.ui import bound
-from explorer.ui.lesson_files import LessonFile, list_lessons
-from explorer.ui.text import error
+from explorer.ui.lesson_files import ENGINE_STEPS, MANAGER_OPS, LessonFile, list_lessons
+from explorer.ui.text import error, esc
 
 K_PICK = "lessons_pick"  # the lesson shown (its stem)
 W_PICK = "lessons_w_pick"  # the picker, bound to K_PICK (explorer.ui.bound)
@@ -59,6 +59,12 @@ def _steps_table(lesson: LessonFile) -> None:
     st.dataframe(rows, hide_index=True, width="stretch")
 
 
+_KIND_TEXT = {
+    MANAGER_OPS: "Each step is one KV cache manager call for one request: you play the scheduler.",
+    ENGINE_STEPS: "Each step is one engine step of vLLM's scheduler: a batch within the token budget.",
+}
+
+
 def _on_pick(k: str) -> None:
     if bound.is_current(W_PICK, k) and st.session_state.get(k) is not None:
         st.session_state[K_PICK] = st.session_state[k]
@@ -89,7 +95,7 @@ def render() -> None:
             key=k,
             on_change=_on_pick,
             args=(k,),
-            format_func=lambda s: by_stem[s].title,
+            format_func=lambda s: f"{by_stem[s].title} · {by_stem[s].kind}",
         )
     lesson = by_stem[st.session_state[K_PICK]]
 
@@ -98,6 +104,11 @@ def render() -> None:
         label="Open this lesson in the explorer",
         icon=":material/play_circle:",
         query_params={"lesson": lesson.stem, "scenario": lesson.stem},
+    )
+    st.html(
+        f'<div class="px-lesson-kind" data-px-lesson-kind="{esc(lesson.kind)}">Kind: <b>{esc(lesson.kind)}</b>. '
+        + esc(_KIND_TEXT.get(lesson.kind, ""))
+        + "</div>"
     )
     st.markdown(lesson.md.read_text(encoding="utf-8"))
     with st.expander("The scenario's steps, notes and checks"):
