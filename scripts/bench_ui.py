@@ -1,7 +1,8 @@
 """Server time to render one step of the explorer page (not a unit test; prints medians).
 
 Targets (issue #4): the default lesson under 150 ms per step at the median; a step of a
-2,000-block scenario with ~32k-token prompts under 1 s.
+2,000-block scenario with ~32k-token prompts under 1 s. Issue #15: a 40-step engine-step
+scenario with 8 requests (async scheduler, chunked prefill, a shared prefix) under 150 ms.
 
 The page runs under Streamlit's AppTest; the time measured is the script run itself (the
 `render()` call on the server), read from inside the app, so the test harness's polling is
@@ -67,6 +68,32 @@ id = "C"
 """
 
 
+def engine_step_scenario(requests: int = 8, steps: int = 40) -> str:
+    """An engine-step scenario: ``requests`` requests sharing a 256-token prefix arrive two at a
+    time between engine steps (budget 256, async), ``steps`` steps in all."""
+    lines = [
+        'title = "Bench: 40 engine steps, 8 requests"',
+        "[engine]",
+        "block_size = 16",
+        "num_blocks = 300",
+        'scheduler = "async"',
+        "max_num_batched_tokens = 256",
+        "max_num_seqs = 8",
+    ]
+    arrivals = {i * 4: (2 * i, 2 * i + 1) for i in range(requests // 2)}
+    for k in range(steps):
+        for r in arrivals.get(k, ()):
+            lines += [
+                "[[steps]]",
+                'op = "arrive"',
+                f'id = "R{r}"',
+                f'prompt = "0:256, {10_000 + r * 1_000}:{10_000 + r * 1_000 + 100 + 40 * r}"',
+                f'output = "{90_000 + r * 100}:{90_000 + r * 100 + 12 + r}"',
+            ]
+        lines += ["[[steps]]", 'op = "step"']
+    return "\n".join(lines) + "\n"
+
+
 def _app() -> None:
     import time as _t
 
@@ -88,11 +115,21 @@ def _make(view=None):
     return at
 
 
+def _slider(at):
+    """The step slider under its current bound key (explorer.ui.bound)."""
+    gen = (
+        at.session_state.get("bound_generations", {}).get("px_w_step", 0)
+        if "bound_generations" in at.session_state
+        else 0
+    )
+    return at.slider(key=f"px_w_step__{gen}")
+
+
 def _steps(at, ks, repeat: int) -> list[float]:
     out = []
     for _ in range(repeat):
         for k in ks:
-            at.slider(key="px_w_step").set_value(k).run()
+            _slider(at).set_value(k).run()
             if at.exception:
                 raise SystemExit(f"page raised: {at.exception[0].message}")
             out.append(at.session_state["bench_ms"])
@@ -121,7 +158,7 @@ def main() -> int:
     t = time.perf_counter()
     at = _make().run()
     first = (time.perf_counter() - t) * 1000
-    n = int(at.slider(key="px_w_step").max)
+    n = int(_slider(at).max)
     small = _steps(at, range(1, n + 1), args.repeat)
     ok1 = _report(f"default lesson ({n} steps, 300 blocks)", small, first, 150)
 
@@ -131,10 +168,20 @@ def main() -> int:
     first = (time.perf_counter() - t) * 1000
     if at.exception:
         raise SystemExit(f"page raised: {at.exception[0].message}")
-    n = int(at.slider(key="px_w_step").max)
+    n = int(_slider(at).max)
     big = _steps(at, range(1, n + 1), args.repeat)
     ok2 = _report(f"2,000 blocks, prompts of 24,000 and 31,744 tokens ({n} steps)", big, first, 1000)
-    return 0 if ok1 and ok2 else 1
+
+    view = ViewState(lesson=None, upload=("bench_engine_steps.toml", engine_step_scenario().encode()), step=0)
+    t = time.perf_counter()
+    at = _make(view).run()
+    first = (time.perf_counter() - t) * 1000
+    if at.exception:
+        raise SystemExit(f"page raised: {at.exception[0].message}")
+    n = int(_slider(at).max)
+    eng = _steps(at, range(1, n + 1), args.repeat)
+    ok3 = _report(f"engine steps: 8 requests, 40 steps ({n} ops, async, budget 256)", eng, first, 150)
+    return 0 if ok1 and ok2 and ok3 else 1
 
 
 if __name__ == "__main__":

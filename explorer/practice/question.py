@@ -109,14 +109,14 @@ def parse_answer(fmt: str, raw: Any) -> Any:
     text = "" if raw is None else str(raw).strip()
     if fmt == "int":
         cleaned = text.replace(",", "").replace("_", "").replace(" ", "")
-        if not re.fullmatch(r"\d+", cleaned):
+        if not re.fullmatch(r"[0-9]{1,12}", cleaned):
             raise ValueError("expected a whole number")
         return int(cleaned)
     if fmt == "block":
         text = re.sub(r"^block\s*", "", text, flags=re.IGNORECASE)
         if text.lower() in ("", "none", "no", "-", "nothing"):
             return None
-        if not re.fullmatch(r"\d+", text):
+        if not re.fullmatch(r"[0-9]{1,12}", text):
             raise ValueError("expected a block id or none")
         return int(text)
     if fmt == "ids":
@@ -126,13 +126,13 @@ def parse_answer(fmt: str, raw: Any) -> Any:
         parts = [p for p in re.split(r"[\s,;]+", re.sub(r"\s*[-–]\s*", "-", inner)) if p]
         out: list[int] = []
         for p in parts:
-            m = re.fullmatch(r"(\d+)-(\d+)", p)
+            m = re.fullmatch(r"([0-9]{1,12})-([0-9]{1,12})", p)
             if m:  # a run, as the page shows long ones: 5-9 or 9-5
                 a, b = int(m.group(1)), int(m.group(2))
                 if abs(a - b) > 100_000:
                     raise ValueError("that run is too long")
                 out.extend(range(a, b + 1) if a <= b else range(a, b - 1, -1))
-            elif re.fullmatch(r"\d+", p):
+            elif re.fullmatch(r"[0-9]{1,12}", p):
                 out.append(int(p))
             else:
                 raise ValueError("expected block ids separated by commas")

@@ -1,7 +1,9 @@
-"""The explorer page's widget callbacks: they run before the script, so they may set widget keys.
+"""The explorer page's widget callbacks: each turns a click or an edit into a new view (step, block,
+engine settings, playground steps, an uploaded file); the page then replays and draws that view.
 
-Each one turns a click or an edit into a new view (step, block, engine settings, playground
-steps, an uploaded file); the page then replays and draws that view.
+A callback of a widget bound to the view (explorer.ui.bound) gets the key the widget was drawn
+under and does nothing when that key is no longer current: the report is stale. Callbacks never
+write a bound widget's key; the page draws the widgets from the view.
 """
 
 from __future__ import annotations
@@ -12,76 +14,83 @@ from typing import Any
 import streamlit as st
 
 from explorer.errors import BadInput
+from explorer.ui import bound
 from explorer.ui.explorer_session import (
     ENGINE_WIDGETS,
     K_NOTICE,
+    K_PLAYING,
+    K_REQUEST,
     UPLOADED,
     W_BLOCK,
     W_LESSON,
+    W_PLAY,
     W_PRESENTER,
+    W_REQUEST,
     W_STEP,
     add_error,
     base_scenario,
     build_view,
     current_view,
     set_view,
-    sync_widgets,
 )
-from explorer.ui.state import (
-    MAX_EDITS,
-    MAX_GENERATE,
-    MAX_UPLOAD_BYTES,
-)
+from explorer.ui.state import MAX_EDITS, MAX_GENERATE, MAX_UPLOAD_BYTES
+from explorer.ui.text import check_text
 
 
-def on_lesson() -> None:
-    choice = st.session_state[W_LESSON]
-    if choice == UPLOADED:
+def _reported(name: str, key: str) -> tuple[bool, Any]:
+    """(fresh, value) of a bound widget's report: fresh only for its current key."""
+    if not bound.is_current(name, key):
+        return False, None
+    return True, st.session_state.get(key)
+
+
+def on_lesson(key: str) -> None:
+    fresh, choice = _reported(W_LESSON, key)
+    if not fresh or choice == UPLOADED or choice is None:
         return
-    view = current_view().with_(lesson=choice, upload=None, engine={}, edits=(), step=0, block=None)
-    set_view(view)
-    sync_widgets(view, None)
+    set_view(current_view().with_(lesson=choice, upload=None, engine={}, edits=(), step=0, block=None))
 
 
-def on_engine() -> None:
+def on_engine(name: str, key: str) -> None:
+    fresh, value = _reported(name, key)
+    if not fresh:
+        return
     view = current_view()
     try:
         base = base_scenario(view)
     except BadInput as e:
         add_error(str(e))
         return
+    ekey = ENGINE_WIDGETS[name]
+    if ekey in ("block_size", "num_blocks"):
+        value = int(value)
+    if ekey == "hash_seed":
+        value = str(value).strip()
     engine = dict(view.engine)
-    for wkey, ekey in ENGINE_WIDGETS.items():
-        if wkey not in st.session_state:
-            continue
-        value = st.session_state[wkey]
-        if ekey in ("block_size", "num_blocks"):
-            value = int(value)
-        if ekey == "hash_seed":
-            value = str(value).strip()
-        if value == getattr(base.engine, ekey):
-            engine.pop(ekey, None)
-        else:
-            engine[ekey] = value
+    if value == getattr(base.engine, ekey):
+        engine.pop(ekey, None)
+    else:
+        engine[ekey] = value
     set_view(view.with_(engine=engine))
 
 
-def on_step() -> None:
-    set_view(current_view().with_(step=int(st.session_state[W_STEP])))
+def on_step(key: str) -> None:
+    fresh, value = _reported(W_STEP, key)
+    if fresh and value is not None:
+        set_view(current_view().with_(step=int(value)))
 
 
 def go(delta: int | None = None, to: int | None = None) -> None:
     view = current_view()
     n = st.session_state.get("px_n_steps", 0)
     k = to if to is not None else view.step + (delta or 0)
-    k = max(0, min(n, k))
-    set_view(view.with_(step=k))
-    st.session_state[W_STEP] = k
+    set_view(view.with_(step=max(0, min(n, k))))
 
 
-def on_block() -> None:
-    v = st.session_state.get(W_BLOCK)
-    set_view(current_view().with_(block=None if v is None else int(v)))
+def on_block(key: str) -> None:
+    fresh, value = _reported(W_BLOCK, key)
+    if fresh:
+        set_view(current_view().with_(block=None if value is None else int(value)))
 
 
 def on_block_click() -> None:
@@ -91,18 +100,39 @@ def on_block_click() -> None:
         value = res.get("block")
     if isinstance(value, int) and value >= 0:
         set_view(current_view().with_(block=value))
-        st.session_state[W_BLOCK] = value
+
+
+def on_strip_select() -> None:
+    """A click on the heat strip (a plotly selection) opens that block's history, once."""
+    ev = st.session_state.get("px_strip")
+    pts = getattr(getattr(ev, "selection", None), "points", None) or []
+    cd = pts[0].get("customdata") if pts and isinstance(pts[0], dict) else None
+    if isinstance(cd, int) and cd >= 0:
+        set_view(current_view().with_(block=cd))
 
 
 def close_history() -> None:
     set_view(current_view().with_(block=None))
-    st.session_state[W_BLOCK] = None
 
 
-def on_presenter(value: bool | None = None) -> None:
-    v = st.session_state[W_PRESENTER] if value is None else value
-    set_view(current_view().with_(presenter=bool(v)))
-    st.session_state[W_PRESENTER] = bool(v)
+def on_presenter(key: str | None = None, value: bool | None = None) -> None:
+    if key is not None:
+        fresh, value = _reported(W_PRESENTER, key)
+        if not fresh:
+            return
+    set_view(current_view().with_(presenter=bool(value)))
+
+
+def on_play(key: str) -> None:
+    fresh, value = _reported(W_PLAY, key)
+    if fresh:
+        st.session_state[K_PLAYING] = bool(value)
+
+
+def on_request(key: str) -> None:
+    fresh, value = _reported(W_REQUEST, key)
+    if fresh:
+        st.session_state[K_REQUEST] = value
 
 
 def new_seed() -> None:
@@ -127,43 +157,49 @@ def _add_edit(step: dict[str, Any]) -> bool:
     if rep.error is not None:
         add_error(rep.error)
         return False
-    n = len(rep.trace.steps)
-    set_view(candidate.with_(step=n))
-    st.session_state[W_STEP] = n
+    set_view(candidate.with_(step=len(rep.trace.steps)))
     return True
+
+
+def _field(name: str, what: str, default: str = "") -> str:
+    return check_text((st.session_state.get(name) or default).strip(), what)
 
 
 def on_arrive() -> None:
     ss = st.session_state
-    rid = (ss.get("px_p_id") or "").strip()
-    step: dict[str, Any] = {"op": "arrive", "id": rid}
-    if ss.get("px_p_kind") == "Text":
-        step["text"] = ss.get("px_p_text") or ""
-    else:
-        step["prompt"] = ss.get("px_p_spec") or ""
-    for key, name in (("px_p_lora", "lora"), ("px_p_salt", "cache_salt")):
-        v = (ss.get(key) or "").strip()
-        if v:
-            step[name] = v
-    if ss.get("px_p_img"):
-        step["mm"] = [
-            {
-                "id": (ss.get("px_p_img_id") or "img-1").strip() or "img-1",
-                "offset": int(ss.get("px_p_img_off") or 0),
-                "length": int(ss.get("px_p_img_len") or 1),
-            }
-        ]
+    try:
+        rid = _field("px_p_id", "the request id")
+        step: dict[str, Any] = {"op": "arrive", "id": rid}
+        if ss.get("px_p_kind") == "Text":
+            step["text"] = check_text(ss.get("px_p_text") or "", "the text")
+        else:
+            step["prompt"] = _field("px_p_spec", "the token spec")
+        for key, name, what in (("px_p_lora", "lora", "the LoRA name"), ("px_p_salt", "cache_salt", "the cache_salt")):
+            v = _field(key, what)
+            if v:
+                step[name] = v
+        if ss.get("px_p_img"):
+            step["mm"] = [
+                {
+                    "id": _field("px_p_img_id", "the image id", "img-1") or "img-1",
+                    "offset": int(ss.get("px_p_img_off") or 0),
+                    "length": int(ss.get("px_p_img_len") or 1),
+                }
+            ]
+    except BadInput as e:
+        add_error(str(e))
+        return
     if ss.get("px_p_logprobs"):
         step["prompt_logprobs"] = True
     if _add_edit(step):
         ss[K_NOTICE] = f"{rid} arrived."
         ss["px_p_id"] = ""
-        ss["px_a_req"] = rid  # the actions below now act on the new request
+        ss[K_REQUEST] = rid  # the actions below now act on the new request
 
 
 def act(op: str) -> None:
     ss = st.session_state
-    rid = ss.get("px_a_req")
+    rid = ss.get(K_REQUEST)
     if op == "reset":
         step: dict[str, Any] = {"op": "reset", "running": bool(ss.get("px_a_running"))}
     else:
@@ -193,7 +229,6 @@ def undo() -> None:
 
 def clear_edits() -> None:
     set_view(current_view().with_(edits=(), step=0))
-    st.session_state[W_STEP] = 0
 
 
 def on_upload() -> None:
@@ -201,12 +236,13 @@ def on_upload() -> None:
     if f is None:
         return
     size = getattr(f, "size", None)
+    limit = f"more than the upload limit of {MAX_UPLOAD_BYTES // 1024} KiB."
     if size is not None and size > MAX_UPLOAD_BYTES:
-        add_error(f"{f.name}: {size:,} bytes, more than the upload limit of {MAX_UPLOAD_BYTES // 1024} KiB.")
+        add_error(f"{f.name}: {size:,} bytes, {limit}")
         return
     raw = f.getvalue()
     if len(raw) > MAX_UPLOAD_BYTES:
-        add_error(f"{f.name}: {len(raw):,} bytes, more than the upload limit of {MAX_UPLOAD_BYTES // 1024} KiB.")
+        add_error(f"{f.name}: {len(raw):,} bytes, {limit}")
         return
     name = Path(f.name).name[:120] or "upload.toml"
     candidate = current_view().with_(lesson=None, upload=(name, raw), engine={}, edits=(), step=0, block=None)
@@ -222,5 +258,4 @@ def on_upload() -> None:
         add_error(rep.error)
         return
     set_view(candidate)
-    sync_widgets(candidate, sc)
     st.session_state[K_NOTICE] = f"Loaded {name}: {sc.title} ({len(sc.ops)} steps)."

@@ -8,13 +8,17 @@ import json
 import streamlit as st
 
 from explorer.scenario.trace import Trace
+from explorer.ui import bound, engine_step_panels
+from explorer.ui.engine_step_panels import draws_step
+from explorer.ui.explain import engine_step
 from explorer.ui.explain import step as explain
 from explorer.ui.explain.records import PANEL_TITLES
 from explorer.ui.explain.refs import REFS
-from explorer.ui.explorer_callbacks import close_history, on_block
-from explorer.ui.explorer_session import W_BLOCK, current_view, set_view
+from explorer.ui.explorer_callbacks import close_history, on_block, on_strip_select
+from explorer.ui.explorer_session import W_BLOCK
 from explorer.ui.history import block_history
-from explorer.viz.chips import esc, grid_mode, legend_html, snap_chip
+from explorer.ui.text import esc, paragraph, warning
+from explorer.viz.chips import grid_mode, legend_html, snap_chip
 from explorer.viz.figures import heat_strip
 from explorer.viz.panels_html import (
     allocate_html,
@@ -64,7 +68,7 @@ def _refs_line(refs) -> str:
 
 
 def now_box(trace: Trace, k: int, base_ops: int) -> None:
-    now = explain.now(trace, k)
+    now = (engine_step.now if trace.scenario.sched is not None else explain.now)(trace, k)
     n = len(trace.steps)
     origin = ' <span class="px-tag">playground</span>' if k > base_ops else ""
     extra = ""
@@ -86,7 +90,7 @@ def now_box(trace: Trace, k: int, base_ops: int) -> None:
         f'<div class="px-refs">{_refs_line(now.refs)}</div><div class="px-now-text">{esc(now.text)}</div>{extra}</div>'
     )
     for f in failures:
-        st.warning(f"Lesson check failed: {f}")
+        warning(f"Lesson check failed: {f}")
 
 
 def _short(v: object) -> str:
@@ -95,6 +99,9 @@ def _short(v: object) -> str:
 
 
 def phase_panels(trace: Trace, k: int, changed: set[int], selected: int | None) -> None:
+    if draws_step(trace, k):
+        engine_step_panels.phase_panels(trace, k, changed, selected)
+        return
     panels = explain.panels(trace, k)
     st.html(phase_strip_html({p.key: p.summary for p in panels}, PANEL_TITLES))
     if k == 0:
@@ -110,7 +117,7 @@ def phase_panels(trace: Trace, k: int, changed: set[int], selected: int | None) 
                 f'<div class="px-panel-head" data-px-panel="{p.key}">{p.number} · {esc(p.title)}</div>'
                 f'<div class="px-refs">{_refs_line(p.refs)}</div>'
             )
-            st.markdown(p.text)
+            paragraph(p.text)
             body = ""
             if p.key == "hashing" and eng.enable_prefix_caching:
                 rid = step.op.id
@@ -161,19 +168,13 @@ def state_views(trace: Trace, k: int, changed: set[int], selected: int | None) -
     st.subheader(f"Block pool after step {k}" if k else "Block pool before step 1", anchor="pool")
     st.html(legend_html() + pool_summary_html(snap))
     if grid_mode(n) == "strip":
-        ev = st.plotly_chart(
+        st.plotly_chart(
             heat_strip(snap, changed, selected),
             key="px_strip",
-            on_select="rerun",
+            on_select=on_strip_select,
             selection_mode="points",
             config={"displayModeBar": False},
         )
-        pts = getattr(getattr(ev, "selection", None), "points", None) or []
-        if pts:
-            cd = pts[0].get("customdata")
-            if isinstance(cd, int) and cd != selected:
-                selected = cd
-                set_view(current_view().with_(block=cd))
         st.caption(
             "One cell per block, 100 blocks a row, coloured by state; an open square marks a block this step changed. "
             "Hover for id, ref_cnt and hash; click a marked block (or type its id below) for its history."
@@ -191,13 +192,17 @@ def state_views(trace: Trace, k: int, changed: set[int], selected: int | None) -
     else:
         st.html(pool_grid_html(snap, changed, selected))
     c1, c2 = st.columns([1, 3], vertical_alignment="bottom")
+    shown = selected if selected is not None and 0 <= selected < n else None
+    wkey = bound.key(W_BLOCK, shown)
     c1.number_input(
         "Block history: block id",
         min_value=0,
         max_value=n - 1,
+        value=shown,
         step=1,
-        key=W_BLOCK,
+        key=wkey,
         on_change=on_block,
+        args=(wkey,),
         placeholder="click a block",
         help="Click any block chip on the page, or type its id.",
     )

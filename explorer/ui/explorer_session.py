@@ -1,15 +1,23 @@
-"""The explorer page's session: its view in st.session_state, the widgets bound to it, and the
-replays cached per browser session (a Streamlit server is shared, so nothing lives at module level)."""
+"""The explorer page's session: its view in st.session_state, the names of the widgets bound to it,
+and the browser session's replays (a Streamlit server is shared, so nothing lives at module level).
+
+The replays live in a session-scoped resource (`_session_cache`): Streamlit drops it when the
+browser session disconnects, so a closed tab's replays are freed at once, while the view (in
+st.session_state, kept a while for a reconnect) is small. Within the session they stay inside a
+memory budget (explorer.ui.budget): a replay that alone would exceed it is refused before it
+runs, and older ones leave first to make room.
+"""
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import secrets
 
 import streamlit as st
 
 from explorer.errors import BadInput
 from explorer.scenario.parse import with_engine
 from explorer.scenario.spec import Scenario
+from explorer.ui.budget import PER_TOKEN, ReplayCache, check_budget
 from explorer.ui.state import (
     Replayed,
     ViewState,
@@ -22,10 +30,10 @@ from explorer.ui.state import (
     replay_until_error,
 )
 
-_CACHE_ENTRIES = 4
-
-# Session-state keys: the view, caches, messages, and the widgets bound to the view.
-K_VIEW, K_CACHE, K_ERRORS, K_NOTICE = "px_view", "px_cache", "px_errors", "px_notice"
+# Session-state keys: the view, the cache's token, messages, whether autoplay runs.
+K_VIEW, K_TOKEN, K_ERRORS, K_NOTICE, K_PLAYING = "px_view", "px_cache_token", "px_errors", "px_notice", "px_playing"
+K_REQUEST = "px_request"  # the live request the playground acts on
+# Names of the widgets bound to the view (explorer.ui.bound gives each its current key).
 W_LESSON, W_STEP, W_PLAY, W_SPEED, W_BLOCK, W_PRESENTER = (
     "px_w_lesson",
     "px_w_step",
@@ -35,6 +43,7 @@ W_LESSON, W_STEP, W_PLAY, W_SPEED, W_BLOCK, W_PRESENTER = (
     "px_w_presenter",
 )
 W_BS, W_NB, W_ALGO, W_SEED, W_PC = "px_w_bs", "px_w_nb", "px_w_algo", "px_w_seed", "px_w_pc"
+W_REQUEST = "px_a_req"
 ENGINE_WIDGETS = {
     W_BS: "block_size",
     W_NB: "num_blocks",
@@ -71,52 +80,52 @@ def init_session() -> None:
     for e in errors:
         add_error(e + " It was ignored.")
     set_view(view)
-    st.session_state[K_CACHE] = OrderedDict()
-    sync_widgets(view, None)
 
 
-def sync_widgets(view: ViewState, scenario: Scenario | None) -> None:
-    """Put the view's values into the widgets' keys (only ever before the widgets exist)."""
-    st.session_state[W_STEP] = view.step
-    st.session_state[W_PRESENTER] = view.presenter
-    st.session_state[W_BLOCK] = view.block
-    st.session_state[W_LESSON] = view.lesson if view.upload is None else UPLOADED
-    for key in ENGINE_WIDGETS:
-        st.session_state.pop(key, None)  # refilled from the scenario when drawn
+# ---- the session's replays --------------------------------------------------------------------
 
 
-def _cache() -> OrderedDict:
-    return st.session_state.setdefault(K_CACHE, OrderedDict())
+@st.cache_resource(scope="session", max_entries=2, show_spinner=False, on_release=ReplayCache.clear)
+def _session_cache(token: str) -> ReplayCache:
+    """One per browser session (``token`` tells apart sessions that share an id, as tests do)."""
+    return ReplayCache()
 
 
-def _cached(key: str, make):
-    cache = _cache()
-    if key in cache:
-        cache.move_to_end(key)
-        return cache[key]
-    value = make()
-    cache[key] = value
-    while len(cache) > _CACHE_ENTRIES:
-        cache.popitem(last=False)
-    return value
+def replay_cache() -> ReplayCache:
+    token = st.session_state.setdefault(K_TOKEN, secrets.token_hex(8))
+    return _session_cache(token)
+
+
+def _scenario_cost(sc: Scenario) -> int:
+    return (
+        sum(
+            len(op.prompt) + len(op.output or ()) + (len(op.tokens) if isinstance(op.tokens, tuple) else 0)
+            for op in sc.ops
+        )
+        * PER_TOKEN
+    )
 
 
 def base_scenario(view: ViewState) -> Scenario:
     source, raw = base_bytes(view)
-    return _cached("base:" + replay_key(source, raw, {}, (), None), lambda: parse_base(source, raw))
+    return replay_cache().get(
+        "base:" + replay_key(source, raw, {}, (), None), lambda: parse_base(source, raw), _scenario_cost
+    )
 
 
 def build_view(view: ViewState) -> tuple[Scenario, Replayed]:
-    """The view's scenario and its replay (cached per scenario, settings, edits and seed)."""
+    """The view's scenario and its replay (cached per scenario, settings, edits and seed). A
+    replay that would not fit in the session's memory budget is refused (BadInput) before it runs."""
     source, raw = base_bytes(view)
-    key = replay_key(source, raw, view.engine, view.edits, view.drawn_seed)
-
-    def make():
-        base = base_scenario(view)
-        sc = effective_scenario(base, view.engine, view.edits, view.drawn_seed)
-        return sc, replay_until_error(sc)
-
-    return _cached("trace:" + key, make)
+    key = "trace:" + replay_key(source, raw, view.engine, view.edits, view.drawn_seed)
+    cache = replay_cache()
+    hit = cache.peek(key)
+    if hit is not None:
+        return hit
+    base = base_scenario(view)
+    sc = effective_scenario(base, view.engine, view.edits, view.drawn_seed)
+    need = check_budget(sc, cache.budget)
+    return cache.get(key, lambda: (sc, replay_until_error(sc)), need)
 
 
 def ensure_seed(view: ViewState) -> ViewState:

@@ -9,6 +9,7 @@ import streamlit as st
 
 from explorer.scenario.spec import Scenario
 from explorer.scenario.trace import Trace
+from explorer.ui import bound
 from explorer.ui.explorer_callbacks import (
     act,
     clear_edits,
@@ -17,11 +18,13 @@ from explorer.ui.explorer_callbacks import (
     on_engine,
     on_lesson,
     on_presenter,
+    on_request,
     on_upload,
     undo,
 )
 from explorer.ui.explorer_session import (
     ENGINE_WIDGETS,
+    K_REQUEST,
     UPLOADED,
     W_ALGO,
     W_BS,
@@ -29,6 +32,7 @@ from explorer.ui.explorer_session import (
     W_NB,
     W_PC,
     W_PRESENTER,
+    W_REQUEST,
     W_SEED,
 )
 from explorer.ui.state import (
@@ -42,48 +46,31 @@ from explorer.ui.state import (
     session_json,
     session_toml,
 )
+from explorer.ui.text import caption, clean
 
 
 def sidebar(view: ViewState, base: Scenario | None, sc: Scenario | None, trace: Trace | None) -> None:
     sb = st.sidebar
     lessons = list_lessons()
     options = ([UPLOADED] if view.upload is not None else []) + lessons
-    if st.session_state.get(W_LESSON) not in options:
-        st.session_state[W_LESSON] = options[0] if options else None
-    sb.selectbox(
-        "Lesson / scenario",
-        options,
-        key=W_LESSON,
-        on_change=on_lesson,
-        format_func=lambda o: f"Uploaded: {view.upload[0]}" if o == UPLOADED and view.upload else o,
-        help="Scenarios from lessons/*.toml, or the file you uploaded.",
-    )
+    shown = UPLOADED if view.upload is not None else view.lesson
+    if options:
+        k = bound.key(W_LESSON, shown if shown in options else options[0])
+        sb.selectbox(
+            "Lesson / scenario",
+            options,
+            index=options.index(shown) if shown in options else 0,
+            key=k,
+            on_change=on_lesson,
+            args=(k,),
+            format_func=lambda o: clean(f"Uploaded: {view.upload[0]}", 200) if o == UPLOADED and view.upload else o,
+            help="Scenarios from lessons/*.toml, or the file you uploaded.",
+        )
 
     eng = base.engine if base is not None else None
     with sb.expander("Engine settings", expanded=False, key="px_x_engine"):
         if eng is not None:
-            for wkey, ekey in ENGINE_WIDGETS.items():
-                st.session_state.setdefault(wkey, view.engine.get(ekey, getattr(eng, ekey)))
-            st.number_input("Block size (tokens)", min_value=1, max_value=1024, step=1, key=W_BS, on_change=on_engine)
-            st.number_input(
-                "Number of blocks (block 0 is the null block)",
-                min_value=2,
-                max_value=UI_LIMITS.max_blocks,
-                step=1,
-                key=W_NB,
-                on_change=on_engine,
-            )
-            from explorer.core.hashing import HASH_ALGOS
-
-            st.selectbox("Hash algorithm", HASH_ALGOS, key=W_ALGO, on_change=on_engine)
-            st.text_input(
-                "Hash seed (PYTHONHASHSEED)",
-                key=W_SEED,
-                on_change=on_engine,
-                placeholder="empty: vLLM's default",
-                max_chars=256,
-            )
-            st.toggle("Prefix caching", key=W_PC, on_change=on_engine)
+            _engine_widgets(view, eng)
             if trace is not None:
                 if trace.hash_seed is None:
                     st.caption("Prefix caching is off: no hasher, no seed.")
@@ -93,17 +80,20 @@ def sidebar(view: ViewState, base: Scenario | None, sc: Scenario | None, trace: 
                     and sc.engine.hash_seed == view.drawn_seed
                     and not view.engine.get("hash_seed")
                 ):
-                    st.caption(
-                        f"xxhash without a seed: vLLM draws a random one. This session drew `{view.drawn_seed[:16]}...` and keeps it (and puts it in the link), so the hashes stay put."
+                    caption(
+                        f"xxhash without a seed: vLLM draws a random one. This session drew {view.drawn_seed[:16]}... and keeps it (and puts it in the link), so the hashes stay put."
                     )
                     st.button("Draw a new seed", on_click=new_seed, key="px_b_newseed")
                 else:
-                    st.caption(f"Seed: `{trace.hash_seed[:40]}`")
+                    caption(f"Seed: {trace.hash_seed[:40]}")
             if view.engine:
-                st.caption("Changed: " + ", ".join(f"{k} = {v!r}" for k, v in view.engine.items()))
+                caption("Changed: " + ", ".join(f"{k} = {v!r}" for k, v in view.engine.items()))
 
     with sb.expander("Playground", expanded=bool(view.edits), key="px_x_playground"):
-        _playground(view, sc, trace)
+        if sc is not None and sc.sched is not None:
+            st.caption("The playground acts at manager level; an engine-step scenario is changed in its file.")
+        else:
+            _playground(view, sc, trace)
 
     with sb.expander("Files", expanded=False, key="px_x_files"):
         st.file_uploader(
@@ -133,12 +123,48 @@ def sidebar(view: ViewState, base: Scenario | None, sc: Scenario | None, trace: 
                 on_click="ignore",
             )
 
+    k = bound.key(W_PRESENTER, view.presenter)
     sb.toggle(
         "Presenter mode",
-        key=W_PRESENTER,
+        value=view.presenter,
+        key=k,
         on_change=on_presenter,
+        args=(k,),
         help="Hides the sidebar and enlarges the panels for a projector.",
     )
+
+
+def _engine_widgets(view: ViewState, eng) -> None:
+    from explorer.core.hashing import HASH_ALGOS
+
+    def shown(wkey: str):
+        ekey = ENGINE_WIDGETS[wkey]
+        return view.engine.get(ekey, getattr(eng, ekey))
+
+    def key(wkey: str) -> dict:
+        k = bound.key(wkey, shown(wkey))
+        return {"key": k, "on_change": on_engine, "args": (wkey, k)}
+
+    bs, nb = shown(W_BS), shown(W_NB)
+    st.number_input("Block size (tokens)", min_value=1, max_value=max(bs, 1024), value=bs, step=1, **key(W_BS))
+    st.number_input(
+        "Number of blocks (block 0 is the null block)",
+        min_value=2,
+        max_value=max(nb, UI_LIMITS.max_blocks),
+        value=nb,
+        step=1,
+        **key(W_NB),
+    )
+    algo = shown(W_ALGO)
+    st.selectbox("Hash algorithm", HASH_ALGOS, index=HASH_ALGOS.index(algo) if algo in HASH_ALGOS else 0, **key(W_ALGO))
+    st.text_input(
+        "Hash seed (PYTHONHASHSEED)",
+        value=shown(W_SEED),
+        placeholder="empty: vLLM's default",
+        max_chars=256,
+        **key(W_SEED),
+    )
+    st.toggle("Prefix caching", value=bool(shown(W_PC)), **key(W_PC))
 
 
 def _playground(view: ViewState, sc: Scenario | None, trace: Trace | None) -> None:
@@ -192,9 +218,19 @@ def _playground(view: ViewState, sc: Scenario | None, trace: Trace | None) -> No
         st.form_submit_button("Arrive", on_click=on_arrive, type="primary")
     st.markdown("**Act on a request**")
     live = live_requests(trace) if trace is not None else []
-    if ss.get("px_a_req") not in live:
-        ss["px_a_req"] = live[-1] if live else None
-    st.selectbox("Request", live, key="px_a_req", placeholder="no live request")
+    if ss.get(K_REQUEST) not in live:
+        ss[K_REQUEST] = live[-1] if live else None
+    k = bound.key(W_REQUEST, ss[K_REQUEST])
+    st.selectbox(
+        "Request",
+        live,
+        index=live.index(ss[K_REQUEST]) if live else None,
+        key=k,
+        on_change=on_request,
+        args=(k,),
+        format_func=lambda r: clean(r, 80),
+        placeholder="no live request",
+    )
     c1, c2 = st.columns(2)
     c1.number_input("admit: chunk (0 = all)", key="px_a_chunk", min_value=0, step=16, value=0)
     c2.number_input("generate: tokens", key="px_a_gen", min_value=1, max_value=MAX_GENERATE, step=1, value=16)

@@ -6,11 +6,10 @@ import time
 
 import streamlit as st
 
-from explorer.ui.explorer_callbacks import go, on_step
-from explorer.ui.explorer_session import W_PLAY, W_SPEED, W_STEP, current_view, set_view
-from explorer.ui.state import (
-    ViewState,
-)
+from explorer.ui import bound
+from explorer.ui.explorer_callbacks import go, on_play, on_step
+from explorer.ui.explorer_session import K_PLAYING, W_PLAY, W_SPEED, W_STEP, current_view, set_view
+from explorer.ui.state import ViewState
 
 SPEEDS = {"0.5x": 3.0, "1x": 1.5, "2x": 0.75, "4x": 0.35}
 
@@ -39,12 +38,15 @@ def stepper(view: ViewState, n: int, presenter: bool) -> None:
         width="stretch",
     )
     if n > 0:
+        k = bound.key(W_STEP, view.step)
         cols[2].slider(
             f"Step {view.step} of {n}",
             min_value=0,
             max_value=n,
-            key=W_STEP,
+            value=view.step,
+            key=k,
             on_change=on_step,
+            args=(k,),
             help="0 = before the first step. Keys: Left and Right arrows.",
         )
     else:
@@ -72,16 +74,18 @@ def stepper(view: ViewState, n: int, presenter: bool) -> None:
         disabled=view.step >= n,
         width="stretch",
     )
-    cols[5].toggle("Play", key=W_PLAY, disabled=n == 0)
+    playing = bool(st.session_state.get(K_PLAYING))
+    k = bound.key(W_PLAY, playing)
+    cols[5].toggle("Play", value=playing, key=k, on_change=on_play, args=(k,), disabled=n == 0)
     cols[6].selectbox("Speed", list(SPEEDS), index=1, key=W_SPEED, label_visibility="collapsed")
 
 
 def autoplay(n: int) -> None:
     ss = st.session_state
-    if not ss.get(W_PLAY):
+    if not ss.get(K_PLAYING):
         return
     if current_view().step >= n:
-        ss["px_stop_play"] = True
+        ss[K_PLAYING] = False  # the toggle shows it off from the next run on
         return
     interval = SPEEDS.get(ss.get(W_SPEED) or "1x", 1.5)
     ss["px_rendered_at"] = time.monotonic()
@@ -94,9 +98,8 @@ def autoplay(n: int) -> None:
         last = st.session_state.get("px_n_steps", 0)
         if view.step < last:
             set_view(view.with_(step=view.step + 1))
-            st.session_state["px_pending_step"] = view.step + 1
             if view.step + 1 >= last:
-                st.session_state["px_stop_play"] = True  # the toggle switches off at the last step
+                st.session_state[K_PLAYING] = False  # the toggle switches off at the last step
             st.rerun(scope="app")
 
     _tick()

@@ -58,7 +58,7 @@ def block_history(trace: Trace, block_id: int) -> list[HistoryEntry]:
         rc1, h1 = snap.blocks[block_id]
         holders = _holders(snap, block_id)
         op = step.op
-        label = f"{op.op} {op.id}" if op.id is not None else "reset"
+        label = f"{op.op} {op.id}" if op.id is not None else op.op
         what: list[str] = []
         evicted = next((h for b, h in step.evicted if b == block_id), None)
         if evicted is not None:

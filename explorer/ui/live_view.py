@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from explorer.errors import BadInput
 from explorer.events.endpoints import check_endpoint
 from explorer.events.instance import AppliedBatch, CacheInstance
+from explorer.numbers import is_int
 
 if TYPE_CHECKING:
     from explorer.events.subscriber import KVEventSubscriber
@@ -63,6 +64,8 @@ def allowed_hosts(environ: Mapping[str, str] | None = None, argv: Sequence[str] 
 def _is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
+    if "%" in host:  # an IPv6 scope id can swallow the rest of an endpoint (libzmq's source;destination)
+        return False
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -79,6 +82,9 @@ def endpoint_host(endpoint: str) -> str | None:
 
 def check_host(endpoint: str, allow: frozenset[str], what: str) -> None:
     """Reject an endpoint that is not loopback or ipc and not in the allow-list (BadInput)."""
+    port = endpoint.rpartition(":")[2] if endpoint.startswith("tcp://") else "*"
+    if port != "*" and not (is_int(port) and port.strip() == port and not port.startswith("-")):
+        raise BadInput(f"{what} {endpoint!r}: the port must be * or a number in ASCII digits 0-65535")
     check_endpoint(endpoint, what)
     if endpoint.startswith("inproc://"):
         raise BadInput(f"{what} {endpoint!r}: inproc endpoints exist only inside one process")

@@ -24,10 +24,12 @@ from typing import Any
 
 from explorer.core.hashing import HASH_ALGOS, NON_CRYPTO_HASH_ALGOS
 from explorer.errors import BadInput
+from explorer.numbers import is_int
 from explorer.scenario.parse import parse_scenario_bytes, with_engine, with_steps
 from explorer.scenario.spec import Limits, Scenario, replace_engine_seed
 from explorer.scenario.trace import Trace
 from explorer.scenario.write import scenario_to_toml
+from explorer.viz.text import check_text
 
 LESSONS_DIR = Path(__file__).resolve().parents[2] / "lessons"
 DEFAULT_LESSON = "00_two_chat_turns"
@@ -65,7 +67,7 @@ def decode_blob(text: str, what: str, max_chars: int = URL_BLOB_CAP * 2) -> Any:
         raw = d.decompress(packed, URL_BLOB_MAX_BYTES)
         if d.unconsumed_tail:
             raise BadInput(f"the link's {what} unpacks to more than {URL_BLOB_MAX_BYTES:,} bytes")
-        return json.loads(raw.decode("utf-8"))
+        return check_text(json.loads(raw.decode("utf-8")), f"the link's {what}")
     except BadInput:
         raise
     except (binascii.Error, zlib.error, UnicodeDecodeError, ValueError, RecursionError):
@@ -196,8 +198,8 @@ def _int_param(q: Mapping[str, str], name: str, what: str) -> int | None:
     if v is None:
         return None
     v = v.strip()
-    if not v.isdigit() or len(v) > 9:
-        raise BadInput(f"the link's {what} ({name}={v[:20]!r}) is not a number")
+    if not is_int(v) or v.startswith("-") or len(v) > 9:
+        raise BadInput(f"the link's {what} ({name}={v[:20]!r}) is not a number (ASCII digits 0-9)")
     return int(v)
 
 
@@ -336,9 +338,9 @@ class Replayed:
 def replay_until_error(scenario: Scenario) -> Replayed:
     """Replay every step; a step that cannot run (bad input for the engine's state) ends the
     replay there, and the steps before it are kept so the page can still show them."""
-    from explorer.scenario.engine import ScenarioEngine
+    from explorer.scenario.engine import engine_for
 
-    engine = ScenarioEngine(scenario)
+    engine = engine_for(scenario)
     initial = engine.snapshot()
     steps = []
     error = None

@@ -2,24 +2,20 @@
 assets/explorer.css).
 
 Every string that came from a user (request ids, LoRA names, salts, image ids, token text) is
-escaped with ``esc``. A block chip carries ``data-px-block="<id>"`` so a click anywhere on the
+escaped with ``esc`` (explorer.viz.text). A block chip carries ``data-px-block="<id>"`` so a click anywhere on the
 page can open that block's history.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from html import escape
 
 from explorer.scenario.trace import Snapshot
 from explorer.viz.palette import STATE_ORDER, STATES, block_letter, block_state, short_hash
+from explorer.viz.text import esc
 
 FULL_GRID_MAX = 400  # blocks drawn as full chips (id, letter, short hash)
 COMPACT_GRID_MAX = 1200  # beyond this the pool becomes a heat strip (explorer.viz.figures)
-
-
-def esc(s: object) -> str:
-    return escape(str(s), quote=True)
 
 
 def chip(

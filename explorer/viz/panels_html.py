@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from explorer.core.events import BlockStored
 from explorer.core.hashing import external_block_hash
 from explorer.scenario.trace import Snapshot, Step
-from explorer.viz.chips import elide, esc, hash_text, snap_chip
+from explorer.viz.chips import elide, hash_text, snap_chip
+from explorer.viz.text import esc
 
 
 def phase_strip_html(active: Mapping[str, str], titles: Mapping[str, str]) -> str:

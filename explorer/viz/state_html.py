@@ -10,8 +10,9 @@ from collections.abc import Iterable, Sequence
 
 from explorer.core.hashing import external_block_hash
 from explorer.scenario.trace import Snapshot, Step, Trace
-from explorer.viz.chips import FULL_GRID_MAX, elide, esc, hash_text, snap_chip
+from explorer.viz.chips import FULL_GRID_MAX, elide, hash_text, snap_chip
 from explorer.viz.palette import STATE_ORDER, block_state
+from explorer.viz.text import esc
 
 
 def pool_summary(snap: Snapshot) -> dict[str, int]:

@@ -24,6 +24,8 @@ from tests.conformance.sched_oracle import golden_paths, read_expected
 pytestmark = pytest.mark.conformance
 
 GOLDEN = golden_paths()
+REPO = Path(__file__).resolve().parents[2]
+ENGINE_STEP_LESSONS = [p for p in sorted((REPO / "lessons").glob("*.toml")) if load_scenario(p).sched is not None]
 RANDOM_SEEDS = range(300)
 
 
@@ -52,6 +54,20 @@ def test_golden_matches_vllm_field_by_field(vllm_sched_oracle, path: Path):
     mine = trace.to_json()
     assert compare(mine, vllm_sched_oracle.replay(scenario.normalized(scenario.engine.hash_seed or None))) == []
     assert compare(mine, read_expected(path)) == []
+
+
+def test_there_are_engine_step_lessons():
+    assert {p.stem[:2] for p in ENGINE_STEP_LESSONS} >= {"14", "15"}
+
+
+@pytest.mark.parametrize("path", ENGINE_STEP_LESSONS, ids=lambda p: p.stem)
+def test_engine_step_lesson_matches_vllm_field_by_field(vllm_sched_oracle, path: Path):
+    scenario = load_scenario(path)
+    trace = replay(scenario, record=False)
+    assert trace.expect_failures == []
+    theirs = vllm_sched_oracle.replay(scenario.normalized(scenario.engine.hash_seed or None))
+    assert compare(trace.to_json(), theirs) == []
+    assert replay(scenario).to_json() == trace.to_json()
 
 
 def test_the_recorded_golden_replays_the_same_as_the_lean_one():

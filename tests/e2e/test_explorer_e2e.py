@@ -116,7 +116,7 @@ def test_a_shared_link_opens_the_same_step(px_browser, px_page, px_app_url):
     page = px_page
     _open(page, f"{px_app_url}/?lesson=00_two_chat_turns&step=5", "Step 5 of 20")
     _sidebar_section(page, "px_x_engine")
-    bs = page.locator(".st-key-px_w_bs input")
+    bs = page.locator('[class*="st-key-px_w_bs__"] input')
     bs.fill("32")
     bs.press("Enter")
     expect(page.locator(".px-title-sub")).to_contain_text("block size 32", timeout=90_000)
@@ -143,10 +143,10 @@ def test_autoplay_steps_to_the_end_and_stops(px_page, px_app_url):
     page.locator(".st-key-px_w_speed").click()
     page.get_by_role("option", name="4x").click()
     wait_idle(page)
-    page.locator(".st-key-px_w_play label").first.click()
+    page.locator('[class*="st-key-px_w_play__"] label').first.click()
     expect(page.locator(".px-now .px-headline")).to_contain_text("Step 20 of 20", timeout=90_000)
     wait_idle(page)
-    expect(page.locator(".st-key-px_w_play input")).not_to_be_checked(timeout=30_000)
+    expect(page.locator('[class*="st-key-px_w_play__"] input')).not_to_be_checked(timeout=30_000)
     assert "step=20" in page.url
 
 

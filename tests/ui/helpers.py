@@ -55,8 +55,23 @@ def all_html(at: AppTest) -> str:
     return "\n".join(html_bodies(at))
 
 
+_MD_ESCAPE = re.compile(r"\\([!-/:-@\[-`{-~])")
+
+
+def plain(s: str) -> str:
+    """Markdown that the page escaped (explorer.viz.text.md) back as the text it shows."""
+    return _MD_ESCAPE.sub(r"\1", s).replace("\u2060", "")
+
+
+def bound(at: AppTest, kind: str, name: str):
+    """The widget bound to the view under its current key (explorer.ui.bound), e.g.
+    ``bound(at, "slider", "px_w_step")``."""
+    gens = at.session_state.get("bound_generations", {})
+    return getattr(at, kind)(key=f"{name}__{gens.get(name, 0)}")
+
+
 def markdown_text(at: AppTest) -> str:
-    return "\n".join(m.value for m in at.markdown)
+    return "\n".join(plain(m.value) for m in at.markdown)
 
 
 def now_text(at: AppTest) -> str:
@@ -70,7 +85,7 @@ def panel_keys(at: AppTest) -> list[str]:
 
 
 def errors(at: AppTest) -> list[str]:
-    return [e.value for e in at.error]
+    return [plain(e.value) for e in at.error]
 
 
 def no_exception(at: AppTest) -> None:
@@ -78,7 +93,7 @@ def no_exception(at: AppTest) -> None:
 
 
 def step_to(at: AppTest, k: int) -> AppTest:
-    return at.slider(key="px_w_step").set_value(k).run()
+    return bound(at, "slider", "px_w_step").set_value(k).run()
 
 
 def view(at: AppTest):

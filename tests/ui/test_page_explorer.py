@@ -15,6 +15,7 @@ from tests.ui.helpers import (
     EDGE,
     LESSON,
     all_html,
+    bound,
     errors,
     explorer,
     markdown_text,
@@ -130,7 +131,7 @@ def test_eviction_panel_and_block_history(lesson_at):
     at = step_to(lesson_at, 17)
     assert "eviction" in panel_keys(at)
     assert "23 BlockRemoved" in now_text(at)
-    at.number_input(key="px_w_block").set_value(46).run()
+    bound(at, "number_input", "px_w_block").set_value(46).run()
     no_exception(at)
     html = all_html(at)
     assert 'data-px-history="1"' in html
@@ -151,7 +152,7 @@ def test_changed_blocks_are_marked(lesson_at):
 
 def test_settings_replay_with_engine():
     at = explorer()
-    at.number_input(key="px_w_bs").set_value(32).run()
+    bound(at, "number_input", "px_w_bs").set_value(32).run()
     no_exception(at)
     assert view(at).engine == {"block_size": 32}
     step_to(at, 2)
@@ -159,17 +160,17 @@ def test_settings_replay_with_engine():
     expected = replay(with_engine(load_scenario(LESSON), block_size=32)).to_json()
     assert f"hits {expected['steps'][1]['hit_tokens']} of" in now_text(at)
     assert at.query_params["bs"] in ("32", ["32"])
-    at.toggle(key="px_w_pc").set_value(False).run()
+    bound(at, "toggle", "px_w_pc").set_value(False).run()
     step_to(at, 1)
     assert "Prefix caching is off" in markdown_text(at)
-    at.toggle(key="px_w_pc").set_value(True).run()
-    at.number_input(key="px_w_bs").set_value(16).run()
+    bound(at, "toggle", "px_w_pc").set_value(True).run()
+    bound(at, "number_input", "px_w_bs").set_value(16).run()
     assert view(at).engine == {}
 
 
 def test_too_few_blocks_stops_the_replay_with_an_error():
     at = explorer()
-    at.number_input(key="px_w_nb").set_value(20).run()
+    bound(at, "number_input", "px_w_nb").set_value(20).run()
     no_exception(at)
     errs = errors(at)
     assert any("replay stopped" in e and "step 3 (generate A1)" in e for e in errs), errs
@@ -179,7 +180,7 @@ def test_too_few_blocks_stops_the_replay_with_an_error():
 
 def test_xxhash_seed_is_drawn_once_and_kept():
     at = explorer()
-    at.selectbox(key="px_w_algo").set_value("xxhash").run()
+    bound(at, "selectbox", "px_w_algo").set_value("xxhash").run()
     no_exception(at)
     seed = view(at).drawn_seed
     assert seed and len(seed) == 64
@@ -203,7 +204,7 @@ def test_playground_arrive_admit_generate_finish():
     assert not errors(at), errors(at)
     assert view(at).step == 21 and "arrive P1" in now_text(at)
     assert view(at).edits[-1]["prompt"] == "0:480, 9000:9100"
-    at.selectbox(key="px_a_req").set_value("P1")
+    bound(at, "selectbox", "px_a_req").set_value("P1")
     at.button(key="px_b_admit").click().run()
     assert "Step 22 of 22: admit P1" in now_text(at)
     assert "hits 480 of its 580 tokens" in now_text(at)
@@ -257,7 +258,7 @@ def test_playground_extras_lora_salt_image_logprobs():
     assert "image 'img-1' (tokens 20-29) is an extra key of block 1" in text
     html = all_html(at)
     assert "LoRA sql" in html and "salt tenant-7" in html and "image img-1 @+4" in html
-    at.selectbox(key="px_a_req").set_value("X")
+    bound(at, "selectbox", "px_a_req").set_value("X")
     at.button(key="px_b_admit").click().run()
     assert "No lookup for X: prompt_logprobs" in markdown_text(at)
 
@@ -384,7 +385,7 @@ def test_shared_url_opens_the_same_view():
     assert v.step == 22 and v.engine == {"block_size": 32} and list(v.edits) == edits and v.block == 3
     assert "Step 22 of 22: admit Z" in now_text(at)
     assert 'data-px-history="1"' in all_html(at)
-    assert at.number_input(key="px_w_bs").value == 32
+    assert bound(at, "number_input", "px_w_bs").value == 32
 
 
 @pytest.mark.parametrize(
@@ -432,7 +433,7 @@ def test_presenter_mode_hides_the_sidebar_and_enlarges():
 def test_edge_cases_scenario_renders_every_step():
     v = ViewState(lesson=None, upload=("edge.toml", EDGE.read_bytes()))
     at = explorer(view=v)
-    n = int(at.slider(key="px_w_step").max)
+    n = int(bound(at, "slider", "px_w_step").max)
     assert n == 21
     seen = set()
     for k in range(1, n + 1):
@@ -482,7 +483,7 @@ def _replayable_lessons() -> list[str]:
 def test_every_lesson_renders_every_step(name):
     at = explorer(view=ViewState(lesson=name))
     no_exception(at)
-    n = int(at.slider(key="px_w_step").max)
+    n = int(bound(at, "slider", "px_w_step").max)
     for k in range(1, n + 1):
         step_to(at, k)
         no_exception(at)

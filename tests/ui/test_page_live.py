@@ -12,6 +12,7 @@ from explorer.errors import BadInput
 from explorer.events.publisher import KVEventPublisher
 from explorer.ui.live_view import SESSION, allowed_hosts, parse_endpoints
 from tests.events.helpers import LOOPBACK, free_port, removed, stored
+from tests.ui.helpers import plain
 
 TIMEOUT = 30
 
@@ -47,7 +48,9 @@ def stop(at: AppTest) -> None:
 
 def texts(at: AppTest) -> str:
     parts = [
-        e.value for kind in ("error", "warning", "info", "success", "markdown", "caption") for e in getattr(at, kind)
+        plain(e.value)
+        for kind in ("error", "warning", "info", "success", "markdown", "caption")
+        for e in getattr(at, kind)
     ]
     return "\n".join(str(p) for p in parts)
 
@@ -72,7 +75,7 @@ def test_initial_page_says_not_connected():
 )
 def test_bad_endpoints_show_an_error_and_start_nothing(endpoints, fragment):
     at = connect(fresh(), endpoints)
-    assert at.error and fragment in at.error[0].value
+    assert at.error and fragment in plain(at.error[0].value)
     assert at.session_state[SESSION] is None if SESSION in at.session_state else True
 
 
@@ -136,7 +139,7 @@ def test_bound_page_shows_batches_counters_and_the_multiset():
         metrics = {m.label: m.value for m in at.metric}
         assert int(metrics["batches"].replace(",", "")) >= 2
         assert metrics["malformed"] == "0" and metrics["restarts"] == "0"
-        assert "instance topic vllm-a, data parallel rank 0" in "\n".join(e.label for e in at.expander)
+        assert "instance topic vllm-a, data parallel rank 0" in "\n".join(plain(e.label) for e in at.expander)
         snap = sess.snapshot()[0]
         (inst,) = snap.instances
         n = snap.summary["batches"] - 1  # the warm-up batches, then one removal
@@ -159,7 +162,7 @@ def test_a_port_in_use_is_an_error_status():
             while time.monotonic() < deadline and not second.error:
                 time.sleep(0.2)
                 second.run()
-            assert second.error and "in use" in second.error[0].value
+            assert second.error and "in use" in plain(second.error[0].value)
         finally:
             stop(second)
     finally:

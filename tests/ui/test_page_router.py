@@ -12,6 +12,7 @@ from explorer.router.config import POLICIES, POLICY_LABELS, FleetConfig, FleetSp
 from explorer.router.fleet_file import example_fleets, load_fleet, parse_fleet_text
 from explorer.router.share import decode_share, encode_share
 from explorer.router.simulate import simulate
+from tests.ui.helpers import plain
 
 TIMEOUT = 120
 
@@ -57,7 +58,7 @@ def test_default_page_renders_the_first_example_fleet():
     assert not at.error
     assert at.selectbox(key="router_preset").value == next(iter(example_fleets()))
     assert set(metrics(at)) == {"prefix-aware", "round robin", "least loaded"}
-    assert at.success and "Hit rate: prefix-aware" in at.success[0].value
+    assert at.success and "Hit rate: prefix-aware" in plain(at.success[0].value)
     # the share link is in the address
     assert decode_share(at.query_params["fleet"]).fleet == FleetConfig().fleet
 
@@ -91,7 +92,7 @@ def test_a_switch_breaks_the_router(switch, name):
     before = metrics(at)["prefix-aware"]
     at.toggle(key=switch).set_value(True).run()
     assert not at.exception
-    warnings = [w.value for w in at.warning]
+    warnings = [plain(w.value) for w in at.warning]
     assert any(name in w and "matched 0 tokens" in w for w in warnings), warnings
     shown = metrics(at)
     assert shown["prefix-aware"] != before
@@ -103,11 +104,11 @@ def test_a_switch_breaks_the_router(switch, name):
 def test_salt_switch_and_lost_events():
     at = page()
     at.toggle(key="router_f_salt").set_value(True).run()
-    assert any("0 hit tokens crossed tenants" in w.value for w in at.warning)
+    assert any("0 hit tokens crossed tenants" in plain(w.value) for w in at.warning)
     at.toggle(key="router_f_salt").set_value(False).run()
     at.slider(key="router_f_drop").set_value(0.3).run()
     assert not at.exception
-    assert any("batches were lost" in w.value for w in at.warning)
+    assert any("batches were lost" in plain(w.value) for w in at.warning)
     table = next(df.value for df in at.dataframe if "gaps" in df.value.columns and "phantom" in df.value.columns)
     assert table["gaps"].sum() > 0
 
@@ -126,15 +127,15 @@ def test_bad_config_is_an_error():
     at = page()
     at.text_area(key="router_toml").set_value("[fleet]\ninstances = 0\n").run()
     assert not at.exception
-    assert [e.value for e in at.error] == ["fleet file: [fleet] instances: expected an integer in 1..16, got 0"]
+    assert [plain(e.value) for e in at.error] == ["fleet file: [fleet] instances: expected an integer in 1..16, got 0"]
     assert not at.metric
     at.text_area(key="router_toml").set_value("[fleet\n").run()
-    assert "not valid TOML" in at.error[0].value
+    assert "not valid TOML" in plain(at.error[0].value)
 
 
 def test_bad_link_is_an_error_and_the_page_still_works():
     at = page(cfg=None, token="v1.not-a-fleet")
-    assert any("shared link could not be loaded" in e.value for e in at.error)
+    assert any("shared link could not be loaded" in plain(e.value) for e in at.error)
     assert at.metric  # the default fleet ran
 
 

@@ -26,9 +26,6 @@ from explorer.ui.explorer_panels import click_component, now_box, phase_panels, 
 from explorer.ui.explorer_session import (
     K_ERRORS,
     K_NOTICE,
-    W_BLOCK,
-    W_PLAY,
-    W_STEP,
     add_error,
     base_scenario,
     build_view,
@@ -36,20 +33,19 @@ from explorer.ui.explorer_session import (
     ensure_seed,
     init_session,
     set_view,
-    sync_widgets,
 )
 from explorer.ui.explorer_sidebar import sidebar
 from explorer.ui.explorer_stepper import autoplay, stepper
 from explorer.ui.history import changed_blocks
 from explorer.ui.state import DEFAULT_LESSON, Replayed, ViewState, to_query
 from explorer.ui.style import page_css
-from explorer.viz.chips import esc
+from explorer.ui.text import caption, error, esc, toast
 
 
 def _share_link(view: ViewState) -> None:
     q, warnings = to_query(view)
     for w in warnings:
-        st.caption(w)
+        caption(w)
     try:
         base = (st.context.url or "").split("?")[0]
     except Exception:
@@ -72,11 +68,6 @@ def _sync_url(view: ViewState) -> None:
 def render() -> None:
     init_session()
     ss = st.session_state
-    if ss.pop("px_stop_play", False):
-        ss[W_PLAY] = False
-    pending = ss.pop("px_pending_step", None)
-    if pending is not None:
-        ss[W_STEP] = pending
     view = ensure_seed(current_view())
     page_css(view.presenter)
 
@@ -96,9 +87,6 @@ def render() -> None:
             sc, rep = build_view(fallback)
             set_view(fallback)
             view = fallback
-            sync_widgets(view, sc)
-            ss.pop(W_BLOCK, None)
-            ss[W_BLOCK] = view.block
         except BadInput as e:
             add_error(str(e))
     if rep is None and (view.upload is not None or view.lesson != DEFAULT_LESSON):
@@ -108,7 +96,6 @@ def render() -> None:
             sc, rep = build_view(fallback)
             set_view(fallback)
             view = fallback
-            sync_widgets(view, sc)
         except BadInput as e:
             add_error(str(e))
 
@@ -116,10 +103,10 @@ def render() -> None:
     view = current_view()
 
     for msg in ss.pop(K_ERRORS, []):
-        st.error(msg)
+        error(msg)
     notice = ss.pop(K_NOTICE, None)
     if notice:
-        st.toast(notice)
+        toast(notice)
     if rep is None:
         st.info("Pick a lesson in the sidebar.")
         return
@@ -130,13 +117,9 @@ def render() -> None:
     if view.step > n or view.step < 0:
         view = view.with_(step=max(0, min(n, view.step)))
         set_view(view)
-        ss[W_STEP] = view.step
-    if ss.get(W_STEP) != view.step:
-        ss[W_STEP] = view.step
     if view.block is not None and not 0 <= view.block < len(trace.initial.blocks):
         view = view.with_(block=None)
         set_view(view)
-        ss[W_BLOCK] = None
     k = view.step
 
     title = sc.title if sc else ""
@@ -151,13 +134,13 @@ def render() -> None:
         f'<span class="px-title-sub">{esc(trace.scenario.source)} · block size {eng.block_size} · {eng.num_blocks:,} blocks · {esc(seed)}</span></div>'
     )
     if rep.error:
-        st.error(f"The replay stopped: {rep.error}. The steps before it are shown.")
+        error(f"The replay stopped: {rep.error}. The steps before it are shown.")
     if view.presenter:
         st.button(
             "Leave presenter mode",
             icon=":material/close_fullscreen:",
             on_click=on_presenter,
-            args=(False,),
+            kwargs={"value": False},
             key="px_b_leave_presenter",
             type="tertiary",
         )

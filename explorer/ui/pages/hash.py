@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import contextlib
 import json
-from html import escape
 
 import streamlit as st
 
 from explorer.core.hashing import HASH_ALGOS, NON_CRYPTO_HASH_ALGOS, resolve_none_hash_seed
 from explorer.errors import BadInput
 from explorer.hashcalc import block_hash_table
+from explorer.numbers import is_int
 from explorer.ui.state import UI_LIMITS
 from explorer.ui.style import CSS_PATH
+from explorer.ui.text import check_text, error, esc
 
 MAX_ROWS = 512
 K_SEED = "px_hash_drawn_seed"
@@ -37,8 +38,12 @@ def parse_mm(text: str, num_tokens: int):
         if not part:
             continue
         bits = part.rsplit(":", 2)
-        if len(bits) != 3 or not bits[1].strip().isdigit() or not bits[2].strip().isdigit():
-            raise BadInput(f"image {part!r}: expected ID:OFFSET:LENGTH with whole numbers, e.g. img-1:5:32")
+        if len(bits) != 3 or not all(
+            is_int(b) and not b.strip().startswith("-") and len(b.strip()) <= 9 for b in bits[1:]
+        ):
+            raise BadInput(
+                f"image {part!r}: expected ID:OFFSET:LENGTH with whole numbers in ASCII digits, e.g. img-1:5:32"
+            )
         items.append(MultiModalFeature(bits[0].strip(), int(bits[1]), int(bits[2])))
     items.sort(key=lambda m: m.offset)
     check_mm_features(items, num_tokens)
@@ -77,7 +82,7 @@ def _seed(algo: str, typed: str) -> str | None:
 def _table_html(result: dict) -> str:
     rows = []
     for b in result["blocks"][:MAX_ROWS]:
-        extra = "" if b["extra_keys"] is None else escape(json.dumps(b["extra_keys"]))
+        extra = "" if b["extra_keys"] is None else esc(json.dumps(b["extra_keys"]))
         rows.append(
             f"<tr><td>{b['index']}</td><td>{b['tokens'][0]:,}-{b['tokens'][1] - 1:,}</td>"
             f"<td><code class='px-digest'>{b['hash']}</code></td><td><code class='px-digest'>{b['key']}</code></td>"
@@ -150,6 +155,16 @@ def render() -> None:
     compare = st.checkbox("Compare all four algorithms", key="px_h_compare")
 
     try:
+        for value, what in (
+            (text, "the text"),
+            (spec, "the token spec"),
+            (typed_seed, "the seed"),
+            (lora_name, "the LoRA name"),
+            (lora_path, "the LoRA path"),
+            (salt, "the cache_salt"),
+            (mm_text, "the images"),
+        ):
+            check_text(value, what)
         tokens = _tokens(kind, text, spec)
         lora = None
         if lora_name:
@@ -160,7 +175,10 @@ def render() -> None:
         seed = _seed(algo, typed_seed)
         result = block_hash_table(tokens, int(block_size), algo, seed, lora, salt or None, mm, int(group_id))
     except BadInput as e:
-        st.error(str(e))
+        error(str(e))
+        return
+    except (ValueError, UnicodeError, OverflowError) as e:  # a check below this page that said nothing
+        error(f"cannot hash this input: {e}")
         return
 
     full = len(result["blocks"])
@@ -176,8 +194,8 @@ def render() -> None:
         else ""
     )
     st.html(
-        f"<div class='px-refs' data-px-none-hash='{result['none_hash']}'>algo {escape(result['algo'])} · seed "
-        f"{escape(json.dumps(result['hash_seed']))}{seed_note}<br>NONE_HASH = {algo}(seed) = {result['none_hash']}</div>"
+        f"<div class='px-refs' data-px-none-hash='{result['none_hash']}'>algo {esc(result['algo'])} · seed "
+        f"{esc(json.dumps(result['hash_seed']))}{seed_note}<br>NONE_HASH = {algo}(seed) = {result['none_hash']}</div>"
     )
     if drawn and st.button("Draw a new seed", key="px_h_newseed"):
         st.session_state.pop(K_SEED, None)

@@ -11,9 +11,12 @@ import streamlit as st
 
 from explorer.errors import BadInput
 from explorer.scenario.parse import load_scenario
-from explorer.ui.lesson_files import LessonFile, list_lessons
+from explorer.ui import bound
+from explorer.ui.lesson_files import ENGINE_STEPS, MANAGER_OPS, LessonFile, list_lessons
+from explorer.ui.text import error, esc
 
-K_PICK = "lessons_pick"
+K_PICK = "lessons_pick"  # the lesson shown (its stem)
+W_PICK = "lessons_w_pick"  # the picker, bound to K_PICK (explorer.ui.bound)
 K_LAST_URL = "lessons_last_url_pick"
 # Other pages, by the paths app.py registers them under.
 EXPLORER_PAGE = "explorer/ui/pages/explorer.py"
@@ -42,7 +45,7 @@ def _steps_table(lesson: LessonFile) -> None:
     try:
         scenario = load_scenario(lesson.toml)
     except BadInput as e:
-        st.error(f"This lesson's scenario does not load: {e}")
+        error(f"This lesson's scenario does not load: {e}")
         return
     rows: dict[str, list[int | str]] = {"step": [], "op": [], "note": [], "checks": []}
     for op in scenario.ops:
@@ -54,6 +57,17 @@ def _steps_table(lesson: LessonFile) -> None:
             + (" (+ block ids)" if {"new_block_ids", "free_queue"} & set(op.expect) else "")
         )
     st.dataframe(rows, hide_index=True, width="stretch")
+
+
+_KIND_TEXT = {
+    MANAGER_OPS: "Each step is one KV cache manager call for one request: you play the scheduler.",
+    ENGINE_STEPS: "Each step is one engine step of vLLM's scheduler: a batch within the token budget.",
+}
+
+
+def _on_pick(k: str) -> None:
+    if bound.is_current(W_PICK, k) and st.session_state.get(k) is not None:
+        st.session_state[K_PICK] = st.session_state[k]
 
 
 def render() -> None:
@@ -73,7 +87,16 @@ def render() -> None:
         st.session_state[K_LAST_URL] = wanted
 
     with st.sidebar:
-        st.radio("Lesson", stems, key=K_PICK, format_func=lambda s: by_stem[s].title)
+        k = bound.key(W_PICK, st.session_state[K_PICK])
+        st.radio(
+            "Lesson",
+            stems,
+            index=stems.index(st.session_state[K_PICK]),
+            key=k,
+            on_change=_on_pick,
+            args=(k,),
+            format_func=lambda s: f"{by_stem[s].title} · {by_stem[s].kind}",
+        )
     lesson = by_stem[st.session_state[K_PICK]]
 
     st.page_link(
@@ -81,6 +104,11 @@ def render() -> None:
         label="Open this lesson in the explorer",
         icon=":material/play_circle:",
         query_params={"lesson": lesson.stem, "scenario": lesson.stem},
+    )
+    st.html(
+        f'<div class="px-lesson-kind" data-px-lesson-kind="{esc(lesson.kind)}">Kind: <b>{esc(lesson.kind)}</b>. '
+        + esc(_KIND_TEXT.get(lesson.kind, ""))
+        + "</div>"
     )
     st.markdown(lesson.md.read_text(encoding="utf-8"))
     with st.expander("The scenario's steps, notes and checks"):

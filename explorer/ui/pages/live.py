@@ -22,6 +22,7 @@ import streamlit as st
 
 from explorer.errors import BadInput
 from explorer.ui.live_view import ALLOW_ENV, SESSION, EndpointSnap, LiveSession, allowed_hosts, parse_endpoints
+from explorer.ui.text import alert, caption, clean, error, info, label, warning
 
 ERROR = "live_error"
 W_ENDPOINTS = "live_endpoints"
@@ -67,6 +68,9 @@ def _connect() -> None:
     except BadInput as e:
         ss[ERROR] = str(e)
         return
+    except ValueError as e:  # a check below the page that did not say which line: still one line
+        ss[ERROR] = f"not a valid endpoint: {e}"
+        return
     _stop_session()
     ss[SESSION] = LiveSession(specs, bool(ss.get(W_BIND)), ss.get(W_TOPIC) or "").start()
 
@@ -92,9 +96,8 @@ def _status_line(snap: EndpointSnap, running: bool) -> tuple[str, str]:
 
 def _render_endpoint(snap: EndpointSnap, running: bool) -> None:
     title = snap.endpoint + (f"  (replay {snap.replay_endpoint})" if snap.replay_endpoint else "")
-    st.markdown(f"#### `{title}`")
-    kind, text = _status_line(snap, running)
-    getattr(st, kind)(text)
+    st.markdown(f"#### {label(title)}")
+    alert(*_status_line(snap, running))
     if snap.error:
         return
     s = snap.summary
@@ -109,10 +112,10 @@ def _render_endpoint(snap: EndpointSnap, running: bool) -> None:
     if snap.last_malformed:
         notes.append(f"last malformed frame: {snap.last_malformed}")
     if notes:
-        st.caption(" · ".join(notes))
+        caption(" · ".join(notes))
     for inst in snap.instances:
-        label = f"instance topic {inst.topic or '(none)'}, data parallel rank {inst.rank}"
-        with st.expander(f"{label}: {inst.blocks:,} cached blocks", expanded=len(snap.instances) == 1):
+        name = f"instance topic {inst.topic or '(none)'}, data parallel rank {inst.rank}"
+        with st.expander(label(f"{name}: {inst.blocks:,} cached blocks"), expanded=len(snap.instances) == 1):
             c = st.columns(4)
             c[0].metric("blocks held", f"{inst.blocks:,}")
             c[1].metric("distinct hashes", f"{inst.distinct:,}")
@@ -129,7 +132,7 @@ def _render_endpoint(snap: EndpointSnap, running: bool) -> None:
             if inst.counters["unknown_removals"]:
                 extra.append(f"{inst.counters['unknown_removals']} removals of hashes not held")
             if extra:
-                st.caption(" · ".join(extra))
+                caption(" · ".join(extra))
             left, right = st.columns(2)
             with left:
                 st.markdown("**Cached prefixes** (hash chains, longest first)")
@@ -152,17 +155,20 @@ def _render_endpoint(snap: EndpointSnap, running: bool) -> None:
                     st.caption("empty")
     if snap.recent:
         with st.expander("Recent batches", expanded=False):
-            st.dataframe(snap.recent, hide_index=True)
+            st.dataframe(
+                [{k: clean(v, 200) if isinstance(v, str) else v for k, v in row.items()} for row in snap.recent],
+                hide_index=True,
+            )
 
 
 def _render_live(sess: LiveSession) -> None:
     sess.touch()
     running = sess.alive
     if sess.stopped_reason:
-        st.warning(sess.stopped_reason)
+        warning(sess.stopped_reason)
     snaps = sess.snapshot()
     if not snaps:
-        st.info("Opening sockets...")
+        info("Opening sockets...")
         return
     for snap in snaps:
         _render_endpoint(snap, running)
@@ -188,13 +194,13 @@ def render() -> None:
             help="vLLM connects when its endpoint names a host (tcp://HOST:PORT) and binds when it has * or ::",
         )
         st.form_submit_button("Connect", on_click=_connect, type="primary", key=W_CONNECT)
-    st.caption(
+    caption(
         "Loopback and ipc:// only"
         + (f"; also allowed: {', '.join(sorted(allow))}" if allow else "")
         + f". Other hosts: start the app with {ALLOW_ENV}=host1,host2."
     )
     if ss.get(ERROR):
-        st.error(ss[ERROR])
+        error(ss[ERROR])
     sess = ss.get(SESSION)
     if sess is None:
         st.info("Not connected. Type an endpoint and press Connect.")

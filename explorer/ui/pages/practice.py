@@ -12,6 +12,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from explorer.numbers import is_int
 from explorer.practice.generate import generate
 from explorer.practice.hit_value import hit_value_rows, load_measurements, max_hit_for
 from explorer.practice.hits import q_mistake
@@ -19,15 +20,18 @@ from explorer.practice.interview import FOLLOW_UPS, MISTAKES, MISTAKES_BY_NAME, 
 from explorer.practice.question import KIND_LABELS, KINDS, MAX_SEED, Question, Score, format_answer
 from explorer.scenario.cli import describe_step
 from explorer.scenario.write import scenario_to_toml
+from explorer.ui import bound
 from explorer.ui.lesson_files import lesson_title
+from explorer.ui.text import error, success
 
 DOCS_DIR = Path(__file__).resolve().parents[3] / "docs"
 # Other pages, by the paths app.py registers them under.
 EXPLORER_PAGE = "explorer/ui/pages/explorer.py"
 LESSONS_PAGE = "explorer/ui/pages/lessons.py"
 
-K_SEED = "practice_seed"  # the number input
-K_KIND = "practice_kind"  # the kind select box
+K_SEED = "practice_seed"  # the question's seed (shown by a number input bound to it)
+K_KIND = "practice_kind"  # the kind of question (shown by a select box bound to it)
+W_SEED, W_KIND = "practice_w_seed", "practice_w_kind"
 K_SCORE = "practice_score"
 K_REVEALED = "practice_revealed"  # question key -> (correct, message)
 ANY = "any"
@@ -49,12 +53,18 @@ def _new_seed() -> None:
     st.session_state[K_SEED] = secrets.randbelow(MAX_SEED + 1)
 
 
+def _on_widget(name: str, k: str, target: str) -> None:
+    """A bound widget's change, unless the report is stale (explorer.ui.bound)."""
+    if bound.is_current(name, k) and st.session_state.get(k) is not None:
+        st.session_state[target] = st.session_state[k]
+
+
 def _init() -> None:
     if K_SEED not in st.session_state:
         seed = None
         try:
             raw = st.query_params.get("seed")
-            if raw is not None and raw.isdigit() and int(raw) <= MAX_SEED:
+            if raw is not None and is_int(raw) and 0 <= int(raw) <= MAX_SEED:
                 seed = int(raw)
             kind = st.query_params.get("kind")
             if kind in KINDS:
@@ -82,18 +92,29 @@ def _open_in_explorer(q: Question) -> None:
 
 def _question_block() -> None:
     c1, c2, c3 = st.columns([2, 1, 1], vertical_alignment="bottom")
+    kinds = [ANY, *KINDS]
+    if st.session_state[K_KIND] not in kinds:
+        st.session_state[K_KIND] = ANY
+    k = bound.key(W_KIND, st.session_state[K_KIND])
     c1.selectbox(
         "Kind of question",
-        [ANY, *KINDS],
-        key=K_KIND,
+        kinds,
+        index=kinds.index(st.session_state[K_KIND]),
+        key=k,
+        on_change=_on_widget,
+        args=(W_KIND, k, K_KIND),
         format_func=lambda k: "Any (the seed picks)" if k == ANY else KIND_LABELS[k],
     )
+    k = bound.key(W_SEED, int(st.session_state[K_SEED]))
     c2.number_input(
         "Seed",
         min_value=0,
         max_value=MAX_SEED,
+        value=int(st.session_state[K_SEED]),
         step=1,
-        key=K_SEED,
+        key=k,
+        on_change=_on_widget,
+        args=(W_SEED, k, K_SEED),
         help="The same seed and kind always give the same question: share it to reproduce one.",
     )
     c3.button("New question", key="practice_new", on_click=_new_seed, icon=":material/casino:")
@@ -142,7 +163,7 @@ def _question_block() -> None:
 
 
 def _reveal(q: Question, correct: bool, message: str) -> None:
-    (st.success if correct else st.error)(message)
+    (success if correct else error)(message)
     if q.mistaken_answer is not None:
         st.markdown(
             f"The common mistake would answer **{format_answer(q.answer_format, q.mistaken_answer)}**; "

@@ -24,6 +24,7 @@ from explorer.prefill.estimate import (
     walkthrough_table,
 )
 from explorer.prefill.validate import DEVICES, check_settings, max_hit
+from explorer.ui.text import error
 
 K_LAST = "pf_last"  # settings of the last single measurement shown
 K_SWEEP = "pf_sweep"  # settings of the last sweep shown
@@ -260,7 +261,7 @@ def render() -> None:
     try:
         check_settings(name, device, prompt, hit)
     except BadInput as e:
-        st.error(str(e))
+        error(str(e))
         return
     peak, util = _estimate(name, prompt, hit, caps)
     if not caps["torch"]:
@@ -280,7 +281,7 @@ def render() -> None:
             _show_result(_measure_many([last])[0])
         _sweep(name, device, prompt, repeats, peak, util)
     except BadInput as e:
-        st.error(str(e))
+        error(str(e))
     hint = max_hit(prompt)
     st.caption(
         f"The longest hit for a {prompt:,}-token prompt is {hint:,} tokens: the last token always runs, and "

@@ -26,6 +26,7 @@ from explorer.traffic.scheduled import MAX_BATCHED_TOKENS, SCHEDULERS
 from explorer.traffic.sweep import POLICIES, SEQUENTIAL, UI_MAX_BLOCKS_HASHED, parse_sizes
 from explorer.traffic.trace import UI_MAX_TRACE_BYTES, parse_trace_bytes, shipped_trace_path
 from explorer.ui.replay_worker import start_worker, stop_worker
+from explorer.ui.text import caption, error, info, md
 from explorer.viz.replay import POLICY_LABELS, hit_rate_vs_cache_size, hits_over_time
 
 SHIPPED = "Mooncake synthetic trace (shipped)"
@@ -159,13 +160,13 @@ def _progress_panel() -> None:
     if job is None:
         return
     elapsed = time.time() - job["started"]
-    st.progress(min(max(job["frac"], 0.0), 1.0), text=f"{job['text']} ({elapsed:.0f} s)")
+    st.progress(min(max(job["frac"], 0.0), 1.0), text=md(f"{job['text']} ({elapsed:.0f} s)", 300, inline=True))
     st.button("Cancel", key="replay_cancel", on_click=_cancel)
 
 
 def _results(res: dict[str, Any]) -> None:
     runs = res["results"]
-    st.caption(
+    caption(
         f"{res['requests']:,} requests, {res['prompt_tokens']:,} prompt tokens, block size {res['block_size']}"
         + (", with outputs" if res["outputs"] else "")
         + f"; replayed at {res['tokens_per_s']:,.0f} prompt tokens/s ({res['hash_seconds']:.1f} s hashing, once)"
@@ -316,9 +317,9 @@ def render() -> None:
         _progress_panel()
 
     if _state().get(NOTICE):
-        st.info(_state()[NOTICE])
+        info(_state()[NOTICE])
     if _state().get(ERROR):
-        st.error(_state()[ERROR])
+        error(_state()[ERROR])
     if _state().get(RESULT) is not None and not running:
         _results(_state()[RESULT])
 

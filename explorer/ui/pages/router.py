@@ -44,6 +44,7 @@ from explorer.ui.router_controls import (
     apply_controls,
     sync_controls,
 )
+from explorer.ui.text import error, info, md, success, warning
 from explorer.viz import router as V
 
 PRESET = "router_preset"
@@ -136,10 +137,10 @@ def _config_editor() -> FleetConfig | None:
     try:
         base = parse_fleet_text(_ss()[TOML], "fleet file")
     except BadInput as e:
-        st.error(str(e))
+        error(str(e))
         return None
     if base.description:
-        c1.caption(base.description)
+        c1.caption(md(base.description, 1_000))
     return base
 
 
@@ -216,7 +217,7 @@ def _run(cfg: FleetConfig, trace: bytes | None, trace_name: str) -> FleetResult 
         with st.spinner("Running the fleet under every policy..."):
             result = simulate(cfg, trace, trace_name)
     except BadInput as e:
-        st.error(str(e))
+        error(str(e))
         return None
     cache[key] = result
     while len(cache) > MAX_CACHED:
@@ -226,10 +227,7 @@ def _run(cfg: FleetConfig, trace: bytes | None, trace_name: str) -> FleetResult 
 
 def _explanations(result: FleetResult) -> None:
     for name, text in explain(result):
-        if name == "healthy":
-            st.success(text)
-        else:
-            st.warning(f"**{name.replace('_', ' ')}** — {text}")
+        (success if name == "healthy" else warning)(text if name == "healthy" else f"{name.replace('_', ' ')}: {text}")
 
 
 def _summary(result: FleetResult) -> None:
@@ -271,7 +269,7 @@ def _summary(result: FleetResult) -> None:
         f"{p.utilization:.0%})"
         + (" plus Llama-3-8B-shaped attention" if p.attention else "")
         + " per prompt token; a hit skips its tokens. "
-        f"{len(result.stream.requests):,} requests ({result.stream.source}), simulated in {result.seconds:.2f} s."
+        f"{len(result.stream.requests):,} requests ({md(result.stream.source, 200)}), simulated in {result.seconds:.2f} s."
     )
 
 
@@ -337,7 +335,7 @@ def _ask(result: FleetResult) -> None:
     try:
         a = ask(result, prompt, _ss().get(W_ASK_KIND) or "spec", int(_ss().get(W_ASK_TENANT) or 0))
     except BadInput as e:
-        st.error(str(e))
+        error(str(e))
         return
     bs = result.setup.router_block_size
     st.markdown(
@@ -352,7 +350,7 @@ def _share(cfg: FleetConfig) -> None:
         try:
             token = encode_share(cfg)
         except BadInput as e:
-            st.info(str(e))
+            info(str(e))
             if "fleet" in st.query_params:
                 del st.query_params["fleet"]
         else:
@@ -375,14 +373,14 @@ def render() -> None:
     _init()
     err = _ss().pop(URL_ERROR, None)
     if err:
-        st.error(f"The shared link could not be loaded: {err}")
+        error(f"The shared link could not be loaded: {err}")
     base = _config_editor()
     if base is None:
         return
     cfg = _controls(base)
     trace, trace_name, trace_err = _trace_input(cfg)
     if trace_err:
-        st.error(trace_err)
+        error(trace_err)
         return
     st.divider()
     result = _run(cfg, trace, trace_name)

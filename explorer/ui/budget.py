@@ -1,0 +1,127 @@
+"""A browser session's memory budget: what a replay will hold, estimated before it runs, and the
+session's cache of replays kept within the budget (no Streamlit here).
+
+A recorded replay keeps a snapshot after every step: each block's (ref_cnt, hash), the free
+queue, the hash map and every live request's block table and block hashes. So its size is about
+(steps + 1) x blocks for the pool plus, per step, the blocks and hashes of the requests live
+then, plus the tokens themselves. `estimate_replay_bytes` walks the scenario's ops once (no
+engine, no hashing) and adds those up with per-item costs measured on CPython 3.11 and rounded
+up (tests/ui/test_budget.py checks the estimate stays above what tracemalloc measures).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from explorer.errors import BadInput
+from explorer.scenario.spec import Scenario
+
+SESSION_BUDGET = 384 << 20  # bytes of scenarios and replays one browser session may hold
+
+# Bytes per item, measured and rounded up (see the module docstring).
+PER_BLOCK_SNAPSHOT = 300  # one block in one snapshot: its (ref_cnt, hash), free-queue and hash-map entries
+PER_REQUEST_BLOCK_SNAPSHOT = 24  # one block id and one block hash of a live request in one snapshot
+PER_REQUEST_SNAPSHOT = 400  # a live request's view in one snapshot
+PER_STEP = 4_000  # a step's records (panels, events) beside its snapshot
+PER_TOKEN = 120  # a token: its id in the scenario, in events, in the request and its hashes
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def estimate_replay_bytes(scenario: Scenario) -> int:
+    """An upper estimate of the memory a recorded replay of ``scenario`` holds."""
+    eng = scenario.engine
+    bs = max(1, eng.block_size)
+    live: dict[str, int] = {}  # request id -> tokens
+    live_blocks = 0  # sum over live requests of their blocks (= hashes at most)
+    tokens = 0
+    request_cost = 0
+    for op in scenario.ops:
+        if op.op == "arrive" and op.id is not None:
+            # An engine-step arrival is held with all the tokens it will sample (`output`).
+            n = len(op.prompt) + len(op.output or ())
+            tokens += n
+            live_blocks -= _cdiv(live.get(op.id, 0), bs)
+            live[op.id] = n
+            live_blocks += _cdiv(n, bs)
+        elif op.op in ("sample", "generate") and op.id in live and isinstance(op.tokens, tuple):
+            old = live[op.id]
+            live[op.id] = old + len(op.tokens)
+            tokens += len(op.tokens)
+            live_blocks += _cdiv(live[op.id], bs) - _cdiv(old, bs)
+        elif op.op in ("finish", "abort") and op.id in live:
+            live_blocks -= _cdiv(live.pop(op.id), bs)
+        request_cost += live_blocks * PER_REQUEST_BLOCK_SNAPSHOT + len(live) * PER_REQUEST_SNAPSHOT
+    steps = len(scenario.ops)
+    pool = (steps + 1) * eng.num_blocks * PER_BLOCK_SNAPSHOT
+    return pool + request_cost + steps * PER_STEP + tokens * PER_TOKEN
+
+
+def check_budget(scenario: Scenario, budget: int = SESSION_BUDGET) -> int:
+    """The estimate, or BadInput when one replay alone would exceed the session's budget."""
+    need = estimate_replay_bytes(scenario)
+    if need > budget:
+        raise BadInput(
+            f"{scenario.source}: replaying {len(scenario.ops):,} steps over {scenario.engine.num_blocks:,} blocks "
+            f"would hold about {need / 2**20:,.0f} MiB, more than one session's budget of {budget / 2**20:,.0f} MiB: "
+            "use fewer blocks, fewer steps or shorter prompts"
+        )
+    return need
+
+
+@dataclass
+class _Entry:
+    value: Any
+    cost: int
+
+
+class ReplayCache:
+    """A session's parsed scenarios and replays, least recently used first out, within ``budget``
+    bytes (each entry's cost is given when it is made: an estimate, not a measurement)."""
+
+    def __init__(self, budget: int = SESSION_BUDGET) -> None:
+        self.budget = budget
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+
+    @property
+    def used(self) -> int:
+        return sum(e.cost for e in self._entries.values())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def peek(self, key: str) -> Any:
+        """The cached value of ``key`` (now the most recently used), or None."""
+        hit = self._entries.get(key)
+        if hit is None:
+            return None
+        self._entries.move_to_end(key)
+        return hit.value
+
+    def get(self, key: str, make: Callable[[], Any], cost: int | Callable[[Any], int]) -> Any:
+        """The cached value of ``key``, or ``make()`` kept for next time. ``cost``: the entry's
+        bytes, known before (an int: older entries leave first, so the session never holds more
+        than the budget while it is made) or from the value (a function of it)."""
+        hit = self._entries.get(key)
+        if hit is not None:
+            self._entries.move_to_end(key)
+            return hit.value
+        if isinstance(cost, int):
+            self._make_room(cost)
+        value = make()
+        n = cost if isinstance(cost, int) else cost(value)
+        self._make_room(n)
+        self._entries[key] = _Entry(value, n)
+        return value
+
+    def _make_room(self, cost: int) -> None:
+        while self._entries and self.used + cost > self.budget:
+            self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self._entries.clear()

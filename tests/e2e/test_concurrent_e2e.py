@@ -1,0 +1,154 @@
+"""Several browser sessions stepping the explorer at once while their browsers lag behind the server.
+
+Under load a browser reports widget values it has not caught up with: it sends every widget's
+value with each click, and when the server's last answer has not arrived yet, that is the
+slider's old position, or an engine setting of the lesson it still shows. Callbacks used to
+take those as the user's changes: a tab went back a step on each click and stalled, or
+landed on another lesson with other settings. Here each session's websocket holds back the
+server's messages while the user clicks (the browser lags, deterministically), then lets them
+through; every session must end on the view its clicks asked for, and no other session may
+be disturbed.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.e2e.conftest import wait_idle
+
+pytestmark = pytest.mark.e2e
+
+CONTEXTS = 6
+ROUNDS = 3
+BURST = 3  # clicks on Next per session per round, while its browser lags
+START = {"lesson": "04_touch_then_allocate", "bs": "8", "nb": "12", "algo": "sha256_cbor", "step": "0"}
+STEPS = 14
+
+
+class Lag:
+    """A page whose websocket can hold back what the server sends (the browser falls behind)."""
+
+    def __init__(self, page) -> None:
+        self.page = page
+        self.holding = False
+        self.held: list = []
+        self.route = None
+        page.route_web_socket(re.compile(r".*/_stcore/stream"), self._connect)
+
+    def _connect(self, ws) -> None:
+        server = ws.connect_to_server()
+        self.route = ws
+        ws.on_message(lambda m: server.send(m))
+        server.on_message(self._from_server)
+
+    def _from_server(self, message) -> None:
+        if self.holding:
+            self.held.append(message)
+        elif self.route is not None:
+            self.route.send(message)
+
+    def hold(self) -> None:
+        self.holding = True
+
+    def release(self) -> None:
+        self.holding = False
+        for m in self.held:
+            assert self.route is not None
+            self.route.send(m)
+        self.held.clear()
+
+
+def _query(url: str) -> dict[str, str]:
+    return {k: v[0] for k, v in urllib.parse.parse_qs(urllib.parse.urlparse(url).query).items()}
+
+
+def _settle(page) -> tuple[int, dict[str, str]]:
+    """Wait until the page is idle and its headline stays put: (its step, its address)."""
+    wait_idle(page)
+    last, same, deadline = None, 0, time.time() + 90
+    while same < 4 and time.time() < deadline:
+        page.wait_for_timeout(250)
+        text = page.locator(".px-now .px-headline").inner_text()
+        same = same + 1 if text == last else 0
+        last = text
+    assert last is not None
+    return int(last.split()[1]), _query(page.url)
+
+
+def _next(page) -> None:
+    page.locator(".st-key-px_b_next button").first.click(no_wait_after=True)
+
+
+def test_sessions_stepping_at_once_while_lagging_keep_their_view(px_browser, px_app_url):
+    contexts = [px_browser.new_context(viewport={"width": 1300, "height": 900}) for _ in range(CONTEXTS)]
+    try:
+        pages = [c.new_page() for c in contexts]
+        lags = [Lag(p) for p in pages]
+        for c in contexts:
+            c.set_default_timeout(90_000)
+        for p in pages:
+            p.goto(f"{px_app_url}/?{urllib.parse.urlencode(START)}")
+        for p in pages:
+            expect(p.locator(".px-now .px-headline")).to_contain_text(f"Step 0 of {STEPS}", timeout=90_000)
+            wait_idle(p)
+        steps = [0] * CONTEXTS
+        for r in range(ROUNDS):
+            for lag in lags:
+                lag.hold()
+            for _ in range(BURST):
+                for p in pages:
+                    _next(p)
+                pages[0].wait_for_timeout(400)  # each click reaches the server on its own
+            for lag in lags:
+                lag.release()
+            for i, p in enumerate(pages):
+                step, q = _settle(p)
+                for key in ("lesson", "bs", "nb", "algo"):
+                    assert q.get(key) == START[key], (r, i, q)
+                assert q.get("step") == str(step), (r, i, q, step)
+                # every click moved the view forward: at least two of a burst of three reach the
+                # server separately (a click that arrives while another is being handled joins it)
+                assert steps[i] + 2 <= step <= steps[i] + BURST, (r, i, steps[i], step)
+                steps[i] = step
+        for p in pages:
+            assert p.locator('[data-testid="stException"]').count() == 0
+        with urllib.request.urlopen(f"{px_app_url}/_stcore/health", timeout=10) as resp:
+            assert resp.status == 200
+    finally:
+        for c in contexts:
+            c.close()
+
+
+def test_a_new_lesson_is_not_undone_by_the_old_lessons_settings(px_page, px_app_url):
+    """The lesson picker changes every engine setting; clicks sent before the browser shows the
+    new settings carry the old lesson's, and must not bring them back."""
+    page = px_page
+    lag = Lag(page)
+    page.goto(f"{px_app_url}/?{urllib.parse.urlencode(START)}")
+    expect(page.locator(".px-now .px-headline")).to_contain_text(f"Step 0 of {STEPS}", timeout=90_000)
+    wait_idle(page)
+    _next(page)
+    step, _ = _settle(page)
+    assert step == 1
+    page.locator('[class*="st-key-px_w_lesson__"]').click()
+    lag.hold()  # the server's answer to the pick waits
+    page.get_by_role("option", name="00_two_chat_turns").click()
+    page.wait_for_timeout(600)
+    _next(page)
+    page.wait_for_timeout(600)
+    _next(page)
+    page.wait_for_timeout(600)
+    lag.release()
+    step, q = _settle(page)
+    assert q.get("lesson") == "00_two_chat_turns" and not {"bs", "nb", "algo"} & set(q), q
+    assert 1 <= step <= 2 and q.get("step") == str(step), (step, q)
+    assert (
+        "Step" in page.locator(".px-now .px-headline").inner_text()
+        and "of 20" in page.locator(".px-now .px-headline").inner_text()
+    )

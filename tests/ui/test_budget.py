@@ -1,0 +1,111 @@
+"""A session's memory budget: the estimate made before a replay covers what the replay holds, a
+replay too big for the budget is refused before it runs, and the cache stays within it."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+
+import pytest
+
+from explorer.errors import BadInput
+from explorer.scenario.parse import parse_scenario_text
+from explorer.ui.budget import SESSION_BUDGET, ReplayCache, check_budget, estimate_replay_bytes
+from explorer.ui.state import UI_LIMITS, replay_until_error
+from explorer.ui.state import encode_blob as blob
+from tests.ui.helpers import errors, explorer, no_exception, page_title
+
+
+def _toml(engine: dict[str, int], steps: list[dict[str, str]]) -> str:
+    lines = ["[engine]", *(f"{k} = {v}" for k, v in engine.items())]
+    for s in steps:
+        lines.append("[[steps]]")
+        lines.extend(f'{k} = "{v}"' for k, v in s.items())
+    return "\n".join(lines) + "\n"
+
+
+def _pool_heavy() -> str:
+    steps = []
+    for i in range(12):
+        p = f"{i * 10_000}:{i * 10_000 + 3_000}"
+        steps += [{"op": "arrive", "id": f"R{i}", "prompt": p}, {"op": "admit", "id": f"R{i}"}]
+        steps.append({"op": "finish", "id": f"R{i}"})
+    return _toml({"block_size": 16, "num_blocks": 2_000}, steps)
+
+
+def _requests_heavy() -> str:
+    steps = [{"op": "arrive", "id": f"W{i}", "prompt": f"{i * 5_000}:{i * 5_000 + 800}"} for i in range(40)]
+    steps += [{"op": "admit", "id": "W0"}, {"op": "generate", "id": "W0", "tokens": "900000:900300"}]
+    return _toml({"block_size": 1, "num_blocks": 2_000}, steps)
+
+
+def _measured(text: str) -> tuple[int, int]:
+    sc = parse_scenario_text(text, "t.toml", UI_LIMITS)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        rep = replay_until_error(sc)
+        assert rep.error is None, rep.error
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return held, estimate_replay_bytes(sc)
+
+
+def _engine_steps_heavy() -> str:
+    lines = ["[engine]", "block_size = 16", "num_blocks = 2000", "max_num_batched_tokens = 512", "max_num_seqs = 16"]
+    for i in range(16):
+        lines += ["[[steps]]", 'op = "arrive"', f'id = "E{i}"', f'prompt = "{i * 10_000}:{i * 10_000 + 1_500}"']
+        lines.append(f'output = "{900_000 + i * 1_000}:{900_000 + i * 1_000 + 200}"')
+    lines += ["[[steps]]", 'op = "step"'] * 120
+    return "\n".join(lines) + "\n"
+
+
+def test_the_estimate_covers_an_engine_step_replay():
+    held, est = _measured(_engine_steps_heavy())
+    assert held <= est, (held, est)
+
+
+@pytest.mark.parametrize("make", [_pool_heavy, _requests_heavy], ids=["pool", "requests"])
+def test_the_estimate_covers_what_a_replay_holds(make):
+    held, est = _measured(make())
+    assert held <= est <= 4 * held, (held, est)
+
+
+def test_a_replay_over_the_budget_is_refused_with_its_size():
+    sc = parse_scenario_text(_requests_heavy(), "big.toml", UI_LIMITS)
+    need = estimate_replay_bytes(sc)
+    assert check_budget(sc, need) == need
+    with pytest.raises(BadInput, match=r"big\.toml: .*would hold about .* MiB, more than one session's budget"):
+        check_budget(sc, need - 1)
+
+
+def test_the_cache_keeps_within_its_budget_and_makes_room_before_it_makes():
+    cache = ReplayCache(budget=100)
+    made = []
+
+    def make(v):
+        def f():
+            made.append((v, cache.used))
+            return v
+
+        return f
+
+    assert cache.get("a", make("A"), 60) == "A"
+    assert cache.get("b", make("B"), 60) == "B"  # "a" left before "b" was made
+    assert made[-1] == ("B", 0) and len(cache) == 1
+    assert cache.get("b", make("X"), 60) == "B" and len(made) == 2  # a hit makes nothing
+    assert cache.get("c", make("C"), lambda v: 30) == "C" and cache.used == 90
+    cache.clear()
+    assert cache.used == 0 and cache.peek("b") is None
+
+
+def test_a_link_whose_replay_is_over_the_budget_shows_one_error_and_the_lesson():
+    steps = [{"op": "arrive", "id": f"W{i}", "prompt": f"{i * 5_000}:{i * 5_000 + 2_000}"} for i in range(200)]
+    up = blob({"name": "huge.toml", "toml": _toml({"block_size": 1, "num_blocks": 300}, steps)})
+    assert estimate_replay_bytes(parse_scenario_text(_toml({"block_size": 1}, steps), "x", UI_LIMITS)) > SESSION_BUDGET
+    at = explorer(query={"up": up})
+    no_exception(at)
+    errs = errors(at)
+    assert len(errs) == 1 and "huge.toml" in errs[0] and "budget" in errs[0], errs
+    assert page_title(at) == "Two chat turns"
