@@ -25,7 +25,9 @@ def test_a_shared_snapshot_equals_a_fresh_one_at_every_step(seed):
     )
     for op in sc.ops:
         step = engine.apply(op)
-        fresh = Snapshots(engine.manager, GROUP_0).take(engine.requests.values(), engine.totals.as_dict(), engine.window)
+        fresh = Snapshots(engine.manager, GROUP_0).take(
+            engine.requests.values(), engine.totals.as_dict(), engine.window
+        )
         assert step.snapshot == fresh, op.label
 
 
