@@ -69,7 +69,9 @@ def test_the_estimate_covers_an_engine_step_replay():
 @pytest.mark.parametrize("make", [_pool_heavy, _requests_heavy], ids=["pool", "requests"])
 def test_the_estimate_covers_what_a_replay_holds(make):
     held, est = _measured(make())
-    assert held <= est <= 4 * held, (held, est)
+    # Snapshots share every piece that did not change with the one before, while the estimate
+    # counts each in full: an upper bound, within a small factor on these scenarios.
+    assert held <= est <= 8 * held, (held, est)
 
 
 def test_a_replay_over_the_budget_is_refused_with_its_size():
@@ -101,9 +103,9 @@ def test_the_cache_keeps_within_its_budget_and_makes_room_before_it_makes():
 
 
 def test_a_link_whose_replay_is_over_the_budget_shows_one_error_and_the_lesson():
-    steps = [{"op": "arrive", "id": f"W{i}", "prompt": f"{i * 5_000}:{i * 5_000 + 2_000}"} for i in range(200)]
-    up = blob({"name": "huge.toml", "toml": _toml({"block_size": 1, "num_blocks": 300}, steps)})
-    assert estimate_replay_bytes(parse_scenario_text(_toml({"block_size": 1}, steps), "x", UI_LIMITS)) > SESSION_BUDGET
+    steps = [{"op": "arrive", "id": f"W{i}", "prompt": f"{i * 5_000}:{i * 5_000 + 2_000}"} for i in range(250)]
+    up = blob({"name": "huge.toml", "toml": _toml({"block_size": 4, "num_blocks": 300}, steps)})
+    assert estimate_replay_bytes(parse_scenario_text(_toml({"block_size": 4}, steps), "x", UI_LIMITS)) > SESSION_BUDGET
     at = explorer(query={"up": up})
     no_exception(at)
     errs = errors(at)

@@ -187,7 +187,7 @@ def _live() -> AppTest:
         (f"tcp://{EVIL}:5557", "not loopback"),
         (f"tcp://127.0.0.1:5557 tcp://<img_src=http://{EVIL}/r.png>:1", "replay endpoint"),
         (f"![p](http://{EVIL}/x.png)", "expected tcp"),
-        ("tcp://[::1%lo]:0;127.0.0.3:5701", "not loopback"),
+        ("tcp://[::1%lo]:0;127.0.0.3:5701", "source;destination endpoint is not accepted"),
     ],
 )
 def test_live_endpoints_that_echo_markup_give_one_plain_error(endpoints, needle):
