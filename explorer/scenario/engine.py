@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from explorer.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
+from explorer.core.kv_cache_manager import KVCacheBlocks
 from explorer.core.metrics import CachingMetrics, PrefixCacheStats
 from explorer.core.request import LoRARequest, MultiModalFeature, Request, RequestStatus
 from explorer.core.sched.request_steps import RequestSteps
 from explorer.scenario.budget import check_replay_budget
 from explorer.scenario.engine_steps import EngineStepReplay, replay_engine_steps
-from explorer.scenario.recorder import GROUP_0, StepError, StepRecorder, block_hasher, hashed_since
+from explorer.scenario.recorder import GROUP_0, StepError, StepRecorder, block_hasher, hashed_since, new_manager
 from explorer.scenario.snapshot import Snapshots
 from explorer.scenario.spec import CLI_LIMITS, Limits, Op, Scenario
 from explorer.scenario.trace import HashedBlock, Snapshot, Step, Trace, with_expectations
@@ -36,16 +36,7 @@ class ScenarioEngine:
         cfg = scenario.engine
         self.ctx, self.hasher = block_hasher(cfg, hash_seed)
         self.recorder = StepRecorder(cfg.block_size) if record else None
-        self.manager = KVCacheManager(
-            cfg.num_blocks,
-            cfg.block_size,
-            cfg.max_model_len,
-            enable_caching=cfg.enable_prefix_caching,
-            enable_kv_cache_events=cfg.events,
-            log_stats=True,
-            use_int_block_hashes=cfg.int_block_hashes,
-            observer=self.recorder,
-        )
+        self.manager = new_manager(cfg, self.recorder)
         self.sched = RequestSteps(self.manager)
         self._snapshots = Snapshots(self.manager, GROUP_0)
         self.requests: dict[str, Request] = {}  # live (not finished), in arrival order

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from explorer.core.kv_cache_manager import KVCacheManager
 from explorer.core.metrics import CachingMetrics, PrefixCacheStats
 from explorer.core.request import LoRARequest, Request
 from explorer.core.sched.config import SchedulerConfig
 from explorer.core.sched.engine_core import EngineStep, make_engine_core
 from explorer.core.sched.output import KVEventCollector
-from explorer.scenario.recorder import GROUP_0, StepError, StepRecorder, block_hasher, hashed_since
+from explorer.scenario.recorder import GROUP_0, StepError, StepRecorder, block_hasher, hashed_since, new_manager
 from explorer.scenario.snapshot import Snapshots
 from explorer.scenario.spec import Op, Scenario
 from explorer.scenario.trace import EngineStepRecord, Scheduled, Snapshot, Step, Trace, with_expectations
@@ -56,16 +55,7 @@ class EngineStepReplay:
         cfg = scenario.engine
         self.ctx, self.hasher = block_hasher(cfg, hash_seed)
         self.recorder = SchedRecorder(cfg.block_size) if record else None
-        self.manager = KVCacheManager(
-            cfg.num_blocks,
-            cfg.block_size,
-            cfg.max_model_len,
-            enable_caching=cfg.enable_prefix_caching,
-            enable_kv_cache_events=cfg.events,
-            log_stats=True,
-            use_int_block_hashes=cfg.int_block_hashes,
-            observer=self.recorder,
-        )
+        self.manager = new_manager(cfg, self.recorder)
         s = scenario.sched
         config = SchedulerConfig(
             s.max_num_batched_tokens, s.max_num_seqs, s.long_prefill_token_threshold, s.scheduler == "async"

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from explorer.core.hashing import BlockHash, HashContext, init_none_hash
+from explorer.core.kv_cache_manager import KVCacheManager
 from explorer.core.kv_cache_observer import AdmissionCheck, FreedTo, KVCacheObserver
 from explorer.core.kv_cache_utils import generate_block_hash_extra_keys, get_request_block_hasher
 from explorer.core.request import Request
@@ -112,4 +113,19 @@ def hashed_since(req: Request, n_before: int, block_size: int) -> tuple[HashedBl
             i, i * bs, (i + 1) * bs, req.block_hashes[i], generate_block_hash_extra_keys(req, i * bs, (i + 1) * bs)
         )
         for i in range(n_before, len(req.block_hashes))
+    )
+
+
+def new_manager(cfg: EngineConfig, observer: KVCacheObserver | None) -> KVCacheManager:
+    """The KV cache manager a scenario's engine settings describe (stats always on: the replay
+    JSON reports them)."""
+    return KVCacheManager(
+        cfg.num_blocks,
+        cfg.block_size,
+        cfg.max_model_len,
+        enable_caching=cfg.enable_prefix_caching,
+        enable_kv_cache_events=cfg.events,
+        log_stats=True,
+        use_int_block_hashes=cfg.int_block_hashes,
+        observer=observer,
     )
