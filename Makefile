@@ -18,8 +18,9 @@ $(BIN)/.installed: requirements.txt requirements-dev.txt
 
 setup: $(BIN)/.installed
 
+# PYTHONMALLOC=malloc: a closed tab's replays go back to the system (explorer/ui/budget.py)
 run: setup
-	$(BIN)/streamlit run app.py --server.address 127.0.0.1 --server.port $(PORT) --browser.gatherUsageStats false
+	PYTHONMALLOC=malloc $(BIN)/streamlit run app.py --server.address 127.0.0.1 --server.port $(PORT) --browser.gatherUsageStats false
 
 test: setup
 	bash scripts/setup_test_env.sh

@@ -11,6 +11,9 @@ up (tests/ui/test_budget.py checks the estimate stays above what tracemalloc mea
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -125,3 +128,17 @@ class ReplayCache:
 
     def clear(self) -> None:
         self._entries.clear()
+
+
+def release_cache(cache: ReplayCache) -> None:
+    """A session ended: drop its replays and hand the freed memory back to the system.
+
+    Python's own small-object allocator keeps an arena while any object in it lives, so a
+    replay's million small tuples leave the server's resident size high after they are freed;
+    the app is meant to run with ``PYTHONMALLOC=malloc`` (``make run`` does), where they come
+    from the C allocator, and glibc's ``malloc_trim`` returns the freed pages at once."""
+    cache.clear()
+    name = ctypes.util.find_library("c")
+    if name:
+        with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
+            ctypes.CDLL(name).malloc_trim(0)

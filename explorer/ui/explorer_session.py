@@ -2,8 +2,9 @@
 and the browser session's replays (a Streamlit server is shared, so nothing lives at module level).
 
 The replays live in a session-scoped resource (`_session_cache`): Streamlit drops it when the
-browser session disconnects, so a closed tab's replays are freed at once, while the view (in
-st.session_state, kept a while for a reconnect) is small. Within the session they stay inside a
+browser session disconnects, so a closed tab's replays are freed at once (and the freed memory
+handed back to the system, `release_cache`), while the view (in st.session_state, kept a while
+for a reconnect) is small. Nothing else may hold a replay: the download buttons hold it weakly. Within the session they stay inside a
 memory budget (explorer.ui.budget): a replay that alone would exceed it is refused before it
 runs, and older ones leave first to make room.
 """
@@ -17,7 +18,7 @@ import streamlit as st
 from explorer.errors import BadInput
 from explorer.scenario.parse import with_engine
 from explorer.scenario.spec import Scenario
-from explorer.ui.budget import PER_TOKEN, ReplayCache, check_budget
+from explorer.ui.budget import PER_TOKEN, ReplayCache, check_budget, release_cache
 from explorer.ui.state import (
     Replayed,
     ViewState,
@@ -85,7 +86,7 @@ def init_session() -> None:
 # ---- the session's replays --------------------------------------------------------------------
 
 
-@st.cache_resource(scope="session", max_entries=2, show_spinner=False, on_release=ReplayCache.clear)
+@st.cache_resource(scope="session", max_entries=2, show_spinner=False, on_release=release_cache)
 def _session_cache(token: str) -> ReplayCache:
     """One per browser session (``token`` tells apart sessions that share an id, as tests do)."""
     return ReplayCache()

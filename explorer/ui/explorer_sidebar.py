@@ -3,6 +3,7 @@ presenter mode."""
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 
 import streamlit as st
@@ -40,6 +41,7 @@ from explorer.ui.state import (
     MAX_UPLOAD_BYTES,
     UI_LIMITS,
     ViewState,
+    build,
     list_lessons,
     live_requests,
     next_request_id,
@@ -106,9 +108,10 @@ def sidebar(view: ViewState, base: Scenario | None, sc: Scenario | None, trace: 
         )
         if sc is not None and trace is not None:
             stem = Path(view.upload[0]).stem if view.upload else (view.lesson or "session")
+            toml_data, json_data = _download_data(view, sc, trace)
             st.download_button(
                 "Download the session as a scenario (TOML)",
-                data=lambda: session_toml(sc),
+                data=toml_data,
                 file_name=f"{stem}-session.toml",
                 mime="application/toml",
                 key="px_dl_toml",
@@ -116,7 +119,7 @@ def sidebar(view: ViewState, base: Scenario | None, sc: Scenario | None, trace: 
             )
             st.download_button(
                 "Download the replay (JSON)",
-                data=lambda: session_json(trace),
+                data=json_data,
                 file_name=f"{stem}-replay.json",
                 mime="application/json",
                 key="px_dl_json",
@@ -165,6 +168,21 @@ def _engine_widgets(view: ViewState, eng) -> None:
         **key(W_SEED),
     )
     st.toggle("Prefix caching", value=bool(shown(W_PC)), **key(W_PC))
+
+
+def _download_data(view: ViewState, sc: Scenario, trace: Trace):
+    """The downloads' data, made when asked for. They hold the replay weakly: Streamlit keeps a
+    closed tab's session (and these functions) for a while in case it reconnects, and they must
+    not keep its replay alive past the session's cache; a replay gone by then is made again."""
+    sc_ref, trace_ref = weakref.ref(sc), weakref.ref(trace)
+
+    def toml_data() -> str:
+        return session_toml(sc_ref() or build(view)[0])
+
+    def json_data() -> str:
+        return session_json(trace_ref() or build(view)[1].trace)
+
+    return toml_data, json_data
 
 
 def _playground(view: ViewState, sc: Scenario | None, trace: Trace | None) -> None:

@@ -6,6 +6,7 @@ test-output/ (gitignored).
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -63,6 +64,7 @@ def px_app_url():
             str(port),
         ],
         cwd=REPO,
+        env={**os.environ, "PYTHONMALLOC": "malloc"},  # as `make run` starts it (explorer/ui/budget.py)
         stdout=out,
         stderr=subprocess.STDOUT,
     )

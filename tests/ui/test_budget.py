@@ -111,3 +111,12 @@ def test_a_link_whose_replay_is_over_the_budget_shows_one_error_and_the_lesson()
     errs = errors(at)
     assert len(errs) == 1 and "huge.toml" in errs[0] and "budget" in errs[0], errs
     assert page_title(at) == "Two chat turns"
+
+
+def test_a_session_that_ends_releases_its_replays():
+    from explorer.ui.budget import release_cache
+
+    cache = ReplayCache()
+    cache.get("a", lambda: object(), 10)
+    release_cache(cache)
+    assert len(cache) == 0 and cache.used == 0

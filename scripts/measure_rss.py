@@ -1,0 +1,196 @@
+"""Measure: does the app's server give its memory back after heavy or hostile browser sessions end?
+
+Not part of CI (tests/e2e/test_memory_e2e.py runs a smaller version). Run from the repository root:
+
+    .venv/bin/python scripts/measure_rss.py                  # 4 sessions at once, 2 rounds
+    .venv/bin/python scripts/measure_rss.py --sessions 6 --rounds 3 --json
+
+Starts ``streamlit run app.py`` on loopback and reads its resident set size (VmRSS of
+/proc/PID/status). Idle: after one ordinary session has opened every page and left (so every
+import is loaded). Then, per round, ``--sessions`` browser sessions at once each open a valid
+shared link whose replay is as large as one session's budget allows (many steps over a full
+pool), step through it, upload one, and open the hostile links of the test suite (a replay
+over the budget, lone surrogates, markup), then close. Reported: the idle RSS, the peak seen
+while the sessions ran, and the RSS once they had ended (Streamlit drops a session's cached
+replays when its browser disconnects); it passes when that last one is within 20 % of idle.
+The server runs with ``PYTHONMALLOC=malloc`` as ``make run`` starts it; ``--pymalloc`` measures
+Python's own allocator, which keeps a partly used arena's pages (explorer.ui.budget.release_cache).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+CHROMIUM = "/usr/bin/chromium"  # Debian's
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
+PAGES = ["", "lessons", "practice", "hash", "live", "replay", "router"]
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+def heavy_scenario(rounds: int = 40, blocks: int = 8_000, tokens: int = 10_000) -> str:
+    """Valid, and about as big as one session may replay: a full pool, hashed, every step."""
+    lines = ["title = 'A full pool, every step'", "[engine]", "block_size = 16", f"num_blocks = {blocks}"]
+    for i in range(rounds):
+        lines += ["[[steps]]", "op = 'arrive'", f"id = 'R{i}'", f"prompt = '{i * 100_000}:{i * 100_000 + tokens}'"]
+        lines += ["[[steps]]", "op = 'admit'", f"id = 'R{i}'", "[[steps]]", "op = 'finish'", f"id = 'R{i}'"]
+    return "\n".join(lines) + "\n"
+
+
+def links(origin: str, heavy: str | None = None) -> list[str]:
+    from explorer.ui.budget import estimate_replay_bytes
+    from explorer.ui.state import encode_blob, parse_base
+    from tests.ui.test_budget import _toml
+    from tests.ui.test_hostile_pages import UPLOAD_NAME, hostile_scenario
+
+    heavy = heavy or heavy_scenario()
+    est = estimate_replay_bytes(parse_base("heavy.toml", heavy.encode()))
+    print(f"heavy link: {est / 2**20:.0f} MiB estimated", file=sys.stderr)
+    over = [{"op": "arrive", "id": f"W{i}", "prompt": f"{i * 5_000}:{i * 5_000 + 2_000}"} for i in range(200)]
+    q = [
+        {"up": encode_blob({"name": "heavy.toml", "toml": heavy}), "step": "40"},
+        {"up": encode_blob({"name": "over.toml", "toml": _toml({"block_size": 1}, over)})},
+        {"up": encode_blob({"name": UPLOAD_NAME, "toml": hostile_scenario().decode()}), "step": "5"},
+        {"ed": encode_blob([{"op": "arrive", "id": "Z", "prompt": "0*300000000"}])},
+        {"step": "²", "bs": "①", "lesson": "![p](http://evil.test/x.png)"},
+    ]
+    return [f"{origin}/?{urllib.parse.urlencode(x)}" for x in q]
+
+
+IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
+
+
+def sessions(browser, n: int, urls: list[str], steps: int, errors: list[str]) -> None:
+    """``n`` browser sessions at once, each opening every link (in its own order) and stepping."""
+    ctxs = [browser.new_context(viewport={"width": 1300, "height": 900}) for _ in range(n)]
+    try:
+        pages = []
+        for c in ctxs:
+            c.set_default_timeout(120_000)
+            pages.append(c.new_page())
+        for k in range(len(urls)):
+            for i, page in enumerate(pages):
+                page.goto(urls[(k + i) % len(urls)], wait_until="commit")
+            for _ in range(steps + 1):
+                for page in pages:
+                    try:
+                        page.locator(IDLE).wait_for()
+                        page.wait_for_timeout(200)
+                        nxt = page.locator(".st-key-px_b_next button")
+                        if nxt.count() and nxt.first.is_enabled():
+                            nxt.first.click(no_wait_after=True)
+                    except Exception as e:  # reported, not raised: the measurement goes on
+                        errors.append(f"{type(e).__name__}: {str(e)[:200]}")
+    finally:
+        for c in ctxs:
+            c.close()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sessions", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=6, help="Next clicks per link")
+    ap.add_argument("--settle", type=float, default=8.0, help="seconds to wait after sessions end")
+    ap.add_argument("--pymalloc", action="store_true", help="run the server on Python's own allocator")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true"]
+    cmd += ["--server.fileWatcherType", "none", "--browser.gatherUsageStats", "false"]
+    cmd += ["--server.address", "127.0.0.1", "--server.port", str(port)]
+    env = dict(os.environ)
+    env.pop("PYTHONMALLOC", None)
+    if not args.pymalloc:
+        env["PYTHONMALLOC"] = "malloc"  # as `make run` starts it (explorer.ui.budget.release_cache says why)
+    proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    origin = f"http://127.0.0.1:{port}"
+    peak = 0.0
+    stop = threading.Event()
+
+    def watch() -> None:
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, rss_mib(proc.pid))
+            time.sleep(0.2)
+
+    try:
+        for _ in range(240):
+            try:
+                with urllib.request.urlopen(f"{origin}/_stcore/health", timeout=2):
+                    break
+            except OSError:
+                time.sleep(0.5)
+        errors: list[str] = []
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            try:
+                # warm: every page and code path once, with small data, so every import is loaded
+                small = heavy_scenario(rounds=2, blocks=2_000, tokens=4_000)
+                sessions(browser, 1, [f"{origin}/{page}" for page in PAGES] + links(origin, small), 2, errors)
+                time.sleep(args.settle)
+                idle = rss_mib(proc.pid)
+                watcher = threading.Thread(target=watch, daemon=True)
+                watcher.start()
+                hostile = links(origin)
+                after_rounds = []
+                for _ in range(args.rounds):
+                    sessions(browser, args.sessions, hostile, args.steps, errors)
+                    time.sleep(args.settle)
+                    after_rounds.append(rss_mib(proc.pid))
+            finally:
+                browser.close()
+        stop.set()
+        with urllib.request.urlopen(f"{origin}/_stcore/health", timeout=10) as r:
+            healthy = r.status == 200
+        after = after_rounds[-1]
+        out = {
+            "allocator": "pymalloc" if args.pymalloc else "malloc",
+            "idle_mib": round(idle, 1),
+            "peak_mib": round(peak, 1),
+            "after_mib": [round(a, 1) for a in after_rounds],
+            "after_over_idle": round(after / idle, 3),
+            "healthy": healthy,
+            "errors": errors,
+            "ok": healthy and after <= 1.2 * idle,
+        }
+    finally:
+        stop.set()
+        proc.terminate()
+        proc.wait(timeout=20)
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(
+            f"idle {out['idle_mib']} MiB, peak {out['peak_mib']} MiB, after {out['after_mib']} MiB "
+            f"({out['after_over_idle']:.0%} of idle): {'ok' if out['ok'] else 'NOT ok'}"
+        )
+        for e in errors:
+            print("  session error:", e)
+    return 0 if out["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
