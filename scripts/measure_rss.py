@@ -1,6 +1,6 @@
 """Measure: does the app's server give its memory back after heavy or hostile browser sessions end?
 
-Not part of CI (tests/e2e/test_memory_e2e.py runs a smaller version). Run from the repository root:
+Not part of CI: on a loaded 2-core machine the result varies from run to run. Run from the repository root:
 
     .venv/bin/python scripts/measure_rss.py                  # 4 sessions at once, 2 rounds
     .venv/bin/python scripts/measure_rss.py --sessions 6 --rounds 3 --json
