@@ -40,10 +40,13 @@ class KVCacheCoordinator(ABC):
         block_pool: BlockPool,
         single_type_managers: Sequence[SingleTypeKVCacheManager],
         enable_caching: bool,
+        use_eagle: bool = False,
     ) -> None:
         self.block_pool = block_pool
         self.single_type_managers = tuple(single_type_managers)
         self.enable_caching = enable_caching
+        # EAGLE-family speculative decoding: every group drops its last hit block (coordinator.py:104-110)
+        self.use_eagle = use_eagle
 
     @property
     def num_groups(self) -> int:
@@ -106,15 +109,17 @@ class KVCacheCoordinator(ABC):
 class UnitaryKVCacheCoordinator(KVCacheCoordinator):
     """One KV cache group (every full-attention model): its longest hit is the answer."""
 
-    def __init__(self, block_pool: BlockPool, manager: SingleTypeKVCacheManager, enable_caching: bool) -> None:
-        super().__init__(block_pool, (manager,), enable_caching)
+    def __init__(
+        self, block_pool: BlockPool, manager: SingleTypeKVCacheManager, enable_caching: bool, use_eagle: bool = False
+    ) -> None:
+        super().__init__(block_pool, (manager,), enable_caching, use_eagle)
         self.block_size = manager.block_size
 
     def find_longest_cache_hit(
         self, block_hashes: Sequence[BlockHash], max_cache_hit_length: int
     ) -> tuple[tuple[list[KVCacheBlock], ...], int]:
         (manager,) = self.single_type_managers
-        hits = manager.find_longest_cache_hit(block_hashes, max_cache_hit_length)
+        hits = manager.find_longest_cache_hit(block_hashes, max_cache_hit_length, self.use_eagle)
         return (hits,), len(hits) * self.block_size
 
 
@@ -124,10 +129,11 @@ def get_kv_cache_coordinator(
     enable_caching: bool,
     num_groups: int = 1,
     observer: KVCacheObserver | None = None,
+    use_eagle: bool = False,
 ) -> KVCacheCoordinator:
     """The coordinator for the groups (coordinator.py:1014-1072). With caching off vLLM builds a
     coordinator without lookup; here the manager skips the lookup, so one group is unitary."""
     if num_groups != 1:
         raise ConfigError(f"only one KV cache group (full attention) is modelled, got {num_groups}")
     manager = FullAttentionManager(block_pool, block_size, 0, enable_caching, observer)
-    return UnitaryKVCacheCoordinator(block_pool, manager, enable_caching)
+    return UnitaryKVCacheCoordinator(block_pool, manager, enable_caching, use_eagle)

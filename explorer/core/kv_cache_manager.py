@@ -54,6 +54,7 @@ class KVCacheManager:
         log_stats: bool = True,
         use_int_block_hashes: bool = True,
         observer: KVCacheObserver | None = None,
+        use_eagle: bool = False,
     ) -> None:
         if not isinstance(block_size, int) or block_size < 1:
             raise ConfigError(f"block_size must be a positive integer, got {block_size!r}")
@@ -66,7 +67,10 @@ class KVCacheManager:
         self.log_stats = log_stats
         self.observer = observer
         self.block_pool = BlockPool(num_blocks, enable_caching, enable_kv_cache_events, use_int_block_hashes, observer)
-        self.coordinator = get_kv_cache_coordinator(self.block_pool, block_size, enable_caching, observer=observer)
+        self.use_eagle = use_eagle
+        self.coordinator = get_kv_cache_coordinator(
+            self.block_pool, block_size, enable_caching, observer=observer, use_eagle=use_eagle
+        )
         self.prefix_cache_stats: PrefixCacheStats | None = PrefixCacheStats() if log_stats else None
 
     @property

@@ -118,18 +118,24 @@ class SingleTypeKVCacheManager:
         self.num_cached_block.pop(request_id, None)
         self.block_pool.free_blocks(reversed(req_blocks))
 
-    def find_longest_cache_hit(self, block_hashes: Sequence[BlockHash], max_length: int) -> list[KVCacheBlock]:
+    def find_longest_cache_hit(
+        self, block_hashes: Sequence[BlockHash], max_length: int, use_eagle: bool = False
+    ) -> list[KVCacheBlock]:
         raise NotImplementedError
 
 
 class FullAttentionManager(SingleTypeKVCacheManager):
     kind = "full_attention"
 
-    def find_longest_cache_hit(self, block_hashes: Sequence[BlockHash], max_length: int) -> list[KVCacheBlock]:
+    def find_longest_cache_hit(
+        self, block_hashes: Sequence[BlockHash], max_length: int, use_eagle: bool = False
+    ) -> list[KVCacheBlock]:
         """Walk the hashes from block 0 and stop at the first miss (single_type:747-843).
 
         Chaining makes a miss final: every later hash includes the missed one. At most
-        ``max_length // block_size`` blocks are probed.
+        ``max_length // block_size`` blocks are probed. With EAGLE the last hit block is
+        dropped (single_type:834-839): the drafter needs the hidden states of the last
+        matched position, which only a recompute of that block produces.
         """
         pool, gid = self.block_pool, self.kv_cache_group_id
         group_ids = [gid]
@@ -145,4 +151,7 @@ class FullAttentionManager(SingleTypeKVCacheManager):
             def on_probe(index: int, block: KVCacheBlock | None) -> None:
                 observer.on_lookup_probe(gid, index, None if block is None else block.block_id)
 
-        return find_cached_prefix(block_hashes[: max_length // self.block_size], lookup, on_probe)
+        hits = find_cached_prefix(block_hashes[: max_length // self.block_size], lookup, on_probe)
+        if use_eagle and hits:
+            hits.pop()
+        return hits

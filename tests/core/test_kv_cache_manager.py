@@ -665,3 +665,17 @@ def test_waiting_request_status_is_untouched_by_the_manager():
     r = s.request("r", list(range(20)))
     s.mgr.allocate_slots(r, 20)
     assert r.status == RequestStatus.WAITING
+
+
+def test_rule_74_eagle_drops_the_last_hit_block():
+    """Part 2 rule 74: A (0:100) cached; B = A + 50 hits 96 without EAGLE and 80 with it."""
+    for use_eagle, expected in ((False, 96), (True, 80)):
+        s = Sched()
+        s.mgr = KVCacheManager(64, 16, enable_kv_cache_events=True, use_eagle=use_eagle)
+        a = s.request("A", range(100))
+        assert s.admit(a) == (0, list(range(1, 8)))
+        s.mgr.free(a)
+        b = s.request("B", [*range(100), *([5] * 50)])
+        hit_blocks, hit = s.mgr.get_computed_blocks(b)
+        assert hit == expected
+        assert hit_blocks.get_block_ids() == (list(range(1, 1 + expected // 16)),)
