@@ -20,7 +20,9 @@ from explorer.core.metrics import CachingMetrics, PrefixCacheStats
 from explorer.core.request import LoRARequest, Request
 from explorer.core.sched.config import SchedulerConfig
 from explorer.core.sched.engine_core import EngineStep, make_engine_core
+from explorer.core.sched.kv_connector.static import StaticConnector
 from explorer.core.sched.output import KVEventCollector
+from explorer.scenario.connector import held, make_connector
 from explorer.scenario.recorder import GROUP_0, StepError, StepRecorder, block_hasher, hashed_since, new_manager
 from explorer.scenario.snapshot import Snapshots
 from explorer.scenario.spec import Op, Scenario
@@ -53,7 +55,7 @@ class EngineStepReplay:
         self.scenario = scenario
         self.record = record
         cfg = scenario.engine
-        self.ctx, self.hasher = block_hasher(cfg, hash_seed)
+        self.ctx, self.hasher = block_hasher(cfg, hash_seed, scenario.connector is not None)
         self.recorder = SchedRecorder(cfg.block_size) if record else None
         self.manager = new_manager(cfg, self.recorder)
         s = scenario.sched
@@ -61,7 +63,9 @@ class EngineStepReplay:
             s.max_num_batched_tokens, s.max_num_seqs, s.long_prefill_token_threshold, s.scheduler == "async"
         )
         self.publisher = KVEventCollector()
-        self.engine_core = make_engine_core(self.manager, config, self.publisher)
+        self.connector, worker = make_connector(scenario.connector)
+        self.engine_core = make_engine_core(self.manager, config, self.publisher, self.connector, worker)
+        self.external_totals = PrefixCacheStats()  # the connector's, summed likewise
         self._snapshots = Snapshots(self.manager, GROUP_0)
         self.scheduler = self.engine_core.scheduler
         self.arrived: set[str] = set()
@@ -104,6 +108,8 @@ class EngineStepReplay:
         req = Request(
             op.id, op.prompt, self.hasher, lora, op.cache_salt, (), op.prompt_logprobs, max_tokens=len(op.output)
         )
+        if isinstance(self.connector, StaticConnector):  # a reused id holds only what it says now
+            self.connector.hold(op.id, held(op.ext))
         self.engine_core.add_request(req, op.output)
         self.arrived.add(op.id)
         if self.record:
@@ -121,6 +127,8 @@ class EngineStepReplay:
             self.totals.add(stats)
             self.window.observe(stats)
             step_stats = stats.as_dict()
+            if outs.scheduler_stats.connector_prefix_cache_stats is not None:
+                self.external_totals.add(outs.scheduler_stats.connector_prefix_cache_stats)
         rec = self.recorder
         out["preempted"] = () if scheduled is None else tuple(scheduled.preempted_reqs)
         out["engine_step"] = EngineStepRecord(
@@ -132,6 +140,7 @@ class EngineStepReplay:
             step_stats=step_stats,
             batch=() if rec is None else tuple(rec.batch),
             preemption_reasons=() if rec is None else tuple(rec.preemptions),
+            external=None if self.connector is None else ({} if scheduled is None else dict(scheduled.external)),
         )
 
     def _op_abort(self, op: Op, out: dict[str, Any]) -> None:
@@ -156,7 +165,13 @@ class EngineStepReplay:
         pending = self.manager.prefix_cache_stats
         if pending is not None:
             totals.add(pending)
-        return totals.as_dict()
+        if self.connector is None:
+            return totals.as_dict()
+        ext = PrefixCacheStats()
+        ext.add(self.external_totals)
+        if self.scheduler.connector_prefix_cache_stats is not None:
+            ext.add(self.scheduler.connector_prefix_cache_stats)
+        return {**totals.as_dict(), **{f"external_{k}": v for k, v in ext.as_dict().items()}}
 
     def snapshot(self) -> Snapshot:
         return self._snapshots.take(self.scheduler.requests.values(), self.stats_so_far(), self.window)

@@ -128,6 +128,8 @@ class EngineStepRecord:
     step_stats: Mapping[str, int] | None
     batch: tuple[Scheduled, ...] = ()
     preemption_reasons: tuple[tuple[str, str], ...] = ()  # (request id, why), in order
+    # With a KV connector: every connector allocation of the step, {id: external tokens}.
+    external: Mapping[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -171,6 +173,8 @@ class Step:
             d["preempted"] = list(self.preempted)
             d["finished"] = list(es.finished)
             d["step_stats"] = None if es.step_stats is None else dict(es.step_stats)
+            if es.external is not None:
+                d["external"] = dict(es.external)
         return d
 
 

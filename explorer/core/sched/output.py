@@ -3,7 +3,8 @@
 vLLM spreads these over several files; here they sit together, with vLLM's names and only the
 fields prefix caching touches:
 - `SchedulerOutput` (vllm/v1/core/sched/output.py:231-318): the batch ``schedule()`` built;
-- `ModelRunnerOutput` (vllm/v1/outputs.py): the sampled tokens of that batch;
+- `ModelRunnerOutput` (vllm/v1/outputs.py): the sampled tokens of that batch, and the KV
+  connector worker's report;
 - `EngineCoreOutput` / `EngineCoreOutputs` (vllm/v1/engine/__init__.py): what
   ``update_from_output`` reports per request and per step;
 - `SchedulerStats` (vllm/v1/metrics/stats.py:186-216) with its `PrefixCacheStats`;
@@ -18,6 +19,7 @@ from typing import Protocol
 
 from explorer.core.events import KVEventBatch
 from explorer.core.metrics import PrefillStats, PrefixCacheStats
+from explorer.core.sched.kv_connector.base import KVConnectorOutput
 
 
 @dataclass
@@ -40,6 +42,11 @@ class SchedulerOutput:
     # Not a field of vLLM's output: the preemptions this schedule() made, in order (its local
     # ``preempted_reqs``, scheduler.py:579); the replay reports them.
     preempted_reqs: list[str] = field(default_factory=list)
+    # What the KV connector's worker side reads this step (build_connector_meta).
+    kv_connector_metadata: object | None = None
+    # Not vLLM's either: every connector allocation of this schedule() (update_state_after_alloc
+    # with its num_external_tokens, 0 for the admission after a load), in order.
+    external: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -50,6 +57,7 @@ class ModelRunnerOutput:
     req_ids: list[str]
     req_id_to_index: dict[str, int]
     sampled_token_ids: list[list[int]]
+    kv_connector_output: KVConnectorOutput | None = None
 
 
 @dataclass
@@ -70,6 +78,8 @@ class SchedulerStats:
     num_waiting_reqs: int = 0
     kv_cache_usage: float = 0.0
     prefix_cache_stats: PrefixCacheStats = field(default_factory=PrefixCacheStats)
+    # With a KV connector: its tokens after the local hit (queries) and those it supplied.
+    connector_prefix_cache_stats: PrefixCacheStats | None = None
 
 
 @dataclass
