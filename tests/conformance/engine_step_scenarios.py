@@ -33,6 +33,7 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "long_prefill_token_threshold": 0,
 }
 ENGINE_STEP_OPS = ("arrive", "step", "abort", "reset")
+EXTERNAL_KEYS = ("external_tokens", "external_load", "load_steps", "invalid_external_blocks")
 MANAGER_OPS = ("admit", "sample", "decode", "generate", "finish", "preempt")
 MAX_SPEC_TOKENS = 1 << 22  # every size has a cap
 _TOKEN_LIMIT = 1 << 31
@@ -75,10 +76,12 @@ def parse_tokens(value: object, what: str) -> list[int]:
 
 def normalize(raw: dict[str, Any]) -> dict[str, Any]:
     """A TOML-shaped engine-step scenario dict -> the normalized scenario the driver reads."""
-    unknown = set(raw.get("engine", {})) - set(ENGINE_DEFAULTS)
+    unknown = set(raw.get("engine", {})) - set(ENGINE_DEFAULTS) - {"kv_connector"}
     if unknown:
         raise ScenarioInputError(f"[engine]: unknown keys {sorted(unknown)}")
     engine = {**ENGINE_DEFAULTS, **raw.get("engine", {})}
+    if "kv_connector" in engine:  # design section 10
+        engine["kv_connector"] = {"kind": "static", "load": "async", "failure_policy": "fail", **engine["kv_connector"]}
     engine["hash_seed"] = engine["hash_seed"] or None
     lora_ids: dict[str, int] = {}
     lora_paths: dict[str, str] = {}
@@ -125,6 +128,7 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
                     "lora": lora_op,
                     "cache_salt": step.get("cache_salt"),
                     "prompt_logprobs": bool(step.get("prompt_logprobs", False)),
+                    **{k: step[k] for k in EXTERNAL_KEYS if k in step},
                 }
             )
     return {"kind": "engine_steps", "engine": engine, "ops": ops}
