@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from explorer.core.errors import SchedulingError
 from explorer.core.metrics import CachingMetrics, PrefixCacheStats
 from explorer.core.request import LoRARequest, Request
 from explorer.core.sched.config import SchedulerConfig
@@ -79,7 +80,10 @@ class EngineStepReplay:
         if self.recorder is not None:
             self.recorder.clear()
         out: dict[str, Any] = {"ok": True}
-        getattr(self, f"_op_{op.op}")(op, out)
+        try:
+            getattr(self, f"_op_{op.op}")(op, out)
+        except SchedulingError as e:  # what vLLM would raise on, or cannot replay: bad input
+            raise self._fail(op, op.op, str(e)) from None
         step = Step(
             index=op.index,
             op=op,

@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from explorer.core.errors import SchedulingError
 from explorer.core.kv_cache_manager import KVCacheManager
 from explorer.core.request import Request, RequestStatus
 from explorer.core.sched.async_scheduler import AsyncScheduler
@@ -52,7 +53,14 @@ class PlayedModel:
             if request.is_prefill_chunk:
                 sampled.append([])
             else:
-                sampled.append([self.outputs[req_id][request.num_computed_tokens - request.num_prompt_tokens]])
+                index, output = request.num_computed_tokens - request.num_prompt_tokens, self.outputs[req_id]
+                if not 0 <= index < len(output):
+                    # vLLM can schedule past max_tokens after a dropped stale output (a KV
+                    # connector under async scheduling); the played model has no token there.
+                    raise SchedulingError(
+                        f"the played model was asked for output[{index}] of {req_id!r} ({len(output)} tokens)"
+                    )
+                sampled.append([output[index]])
         kv_output = None
         if self.connector_worker is not None:
             kv_output = self.connector_worker.execute(scheduler_output.kv_connector_metadata)
