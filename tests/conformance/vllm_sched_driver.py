@@ -71,6 +71,7 @@ HERE = Path(__file__).resolve().parent
 # vLLM's KVConnectorFactory imports the test connector by module name (design section 10).
 sys.path.insert(0, str(HERE))
 from vllm_static_connector import StaticWorker  # noqa: E402
+
 STAT_FIELDS = ("requests", "queries", "hits", "preempted_requests", "preempted_queries", "preempted_hits")
 # vllm/config/vllm.py:592-602 (0.31.0): async scheduling with the V1 runner and no pipeline
 # parallelism gives max_concurrent_batches = 2, EngineCore's batch queue size (core.py:214-220).
