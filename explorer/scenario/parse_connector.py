@@ -12,12 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 from explorer.core.errors import BadInput
-
-if TYPE_CHECKING:
-    from explorer.scenario.spec import Op
 
 KINDS = ("static", "offloading")
 LOADS = ("async", "sync")
@@ -155,7 +152,17 @@ def parse_external(
     return ExternalSpec(tokens, load, steps, invalid)
 
 
-def check_expects(fail: Fail, op: Op, connector: ConnectorSpec | None) -> Op:
+class _Step(Protocol):
+    @property
+    def label(self) -> str: ...
+    @property
+    def expect(self) -> Mapping[str, Any]: ...
+
+
+StepT = TypeVar("StepT", bound=_Step)
+
+
+def check_expects(fail: Fail, op: StepT, connector: ConnectorSpec | None) -> StepT:
     """The external stats are reported only with a connector: expecting them without one is
     bad input."""
     if connector is None:

@@ -26,7 +26,8 @@ from explorer.core.kv_cache_observer import KVCacheObserver
 from explorer.core.kv_cache_utils import KVCacheBlock
 from explorer.core.metrics import PrefixCacheStats
 from explorer.core.request import Request, RequestStatus
-from explorer.core.sched.kv_connector.base import KVConnectorBase, KVConnectorOutput
+from explorer.core.sched.kv_connector.base import KVConnectorBase
+from explorer.core.sched.output import KVConnectorOutput
 
 
 def holds_kv_blocks(request: Request) -> bool:

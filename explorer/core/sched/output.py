@@ -19,7 +19,6 @@ from typing import Protocol
 
 from explorer.core.events import KVEventBatch
 from explorer.core.metrics import PrefillStats, PrefixCacheStats
-from explorer.core.sched.kv_connector.base import KVConnectorOutput
 
 
 @dataclass
@@ -47,6 +46,17 @@ class SchedulerOutput:
     # Not vLLM's either: every connector allocation of this schedule() (update_state_after_alloc
     # with its num_external_tokens, 0 for the admission after a load), in order.
     external: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class KVConnectorOutput:
+    """What the worker side reports with a batch's output (vllm/v1/outputs.py)."""
+
+    finished_sending: set[str] = field(default_factory=set)
+    finished_recving: set[str] = field(default_factory=set)
+    invalid_block_ids: set[int] = field(default_factory=set)
+    # the offloading worker's completed job ids (OffloadingWorkerMetadata.completed_jobs)
+    completed_jobs: list[int] = field(default_factory=list)
 
 
 @dataclass

@@ -15,15 +15,15 @@ it when a request finishes (``request_finished``). The worker side (the copies) 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from explorer.core.events import KVCacheEvent
+from explorer.core.sched.output import KVConnectorOutput, SchedulerOutput
 
 if TYPE_CHECKING:
     from explorer.core.kv_cache_manager import KVCacheBlocks
     from explorer.core.request import Request
-    from explorer.core.sched.output import SchedulerOutput
 
 FAILURE_POLICIES = ("fail", "recompute")
 
@@ -42,17 +42,6 @@ class KVTransferConfig:
     @property
     def is_kv_consumer(self) -> bool:
         return self.kv_role in ("kv_consumer", "kv_both")
-
-
-@dataclass
-class KVConnectorOutput:
-    """What the worker side reports with a batch's output (vllm/v1/outputs.py)."""
-
-    finished_sending: set[str] = field(default_factory=set)
-    finished_recving: set[str] = field(default_factory=set)
-    invalid_block_ids: set[int] = field(default_factory=set)
-    # the offloading worker's completed job ids (OffloadingWorkerMetadata.completed_jobs)
-    completed_jobs: list[int] = field(default_factory=list)
 
 
 class KVConnectorBase:

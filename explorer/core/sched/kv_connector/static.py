@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from explorer.core.sched.kv_connector.base import ConnectorWorker, KVConnectorBase, KVConnectorOutput, KVTransferConfig
+from explorer.core.sched.kv_connector.base import ConnectorWorker, KVConnectorBase, KVTransferConfig
+from explorer.core.sched.output import KVConnectorOutput
 
 if TYPE_CHECKING:
     from explorer.core.kv_cache_manager import KVCacheBlocks
