@@ -27,7 +27,15 @@ from explorer.scenario.connector import held, make_connector
 from explorer.scenario.recorder import GROUP_0, StepError, StepRecorder, block_hasher, hashed_since, new_manager
 from explorer.scenario.snapshot import Snapshots
 from explorer.scenario.spec import Op, Scenario
-from explorer.scenario.trace import EngineStepRecord, Scheduled, Snapshot, Step, Trace, with_expectations
+from explorer.scenario.trace import (
+    ConnectorReport,
+    EngineStepRecord,
+    Scheduled,
+    Snapshot,
+    Step,
+    Trace,
+    with_expectations,
+)
 
 
 class SchedRecorder(StepRecorder):
@@ -37,6 +45,7 @@ class SchedRecorder(StepRecorder):
         super().clear()
         self.batch: list[Scheduled] = []
         self.preemptions: list[tuple[str, str]] = []
+        self.connector: list[ConnectorReport] = []
 
     def on_scheduled(
         self, request_id: str, num_tokens: int, num_computed_tokens: int, is_prefill_chunk: bool, num_placeholders: int
@@ -45,6 +54,16 @@ class SchedRecorder(StepRecorder):
 
     def on_preempted(self, request_id: str, reason: str) -> None:
         self.preemptions.append((request_id, reason))
+
+    def on_external_lookup(self, request_id: str, num_local: int, num_external: int | None, load_async: bool) -> None:
+        self.connector.append(ConnectorReport("lookup", request_id, num_local, num_external, load_async))
+
+    def on_kv_load_done(self, request_id: str, num_computed_tokens: int, failed: bool) -> None:
+        self.connector.append(ConnectorReport("loaded", request_id, num_tokens=num_computed_tokens, failed=failed))
+
+    def on_kv_load_failed(self, request_id: str, num_valid_tokens: int, evicted_block_ids: tuple[int, ...]) -> None:
+        report = ConnectorReport("failed", request_id, num_tokens=num_valid_tokens, evicted=evicted_block_ids)
+        self.connector.append(report)
 
 
 class EngineStepReplay:
@@ -145,6 +164,7 @@ class EngineStepReplay:
             batch=() if rec is None else tuple(rec.batch),
             preemption_reasons=() if rec is None else tuple(rec.preemptions),
             external=None if self.connector is None else ({} if scheduled is None else dict(scheduled.external)),
+            connector=() if rec is None else tuple(rec.connector),
         )
 
     def _op_abort(self, op: Op, out: dict[str, Any]) -> None:
