@@ -3,8 +3,6 @@ state after it (block pool, block history, free queue, requests, metrics, hash m
 
 from __future__ import annotations
 
-import json
-
 import streamlit as st
 
 from explorer.scenario.trace import Trace
@@ -14,9 +12,11 @@ from explorer.ui.explain import engine_step
 from explorer.ui.explain import step as explain
 from explorer.ui.explain.records import PANEL_TITLES
 from explorer.ui.explain.refs import REFS
+from explorer.ui.explain.words import counted
 from explorer.ui.explorer_callbacks import close_history, on_block, on_strip_select
 from explorer.ui.explorer_session import W_BLOCK
 from explorer.ui.history import block_history
+from explorer.ui.lesson_checks import note_and_checks
 from explorer.ui.text import esc, paragraph, warning
 from explorer.viz.chips import grid_mode, legend_html, snap_chip
 from explorer.viz.figures import heat_strip
@@ -67,35 +67,21 @@ def _refs_line(refs) -> str:
     return " ".join(f"<span class='px-ref'>{esc(r.func)} <span class='px-loc'>{esc(r.loc)}</span></span>" for r in refs)
 
 
-def now_box(trace: Trace, k: int, base_ops: int) -> None:
+def now_box(trace: Trace, k: int, base_ops: int, off_script: str | None = None) -> None:
+    """``off_script``: how the settings differ from the lesson's (explorer.ui.lesson_checks)."""
     now = (engine_step.now if trace.scenario.sched is not None else explain.now)(trace, k)
     n = len(trace.steps)
     origin = ' <span class="px-tag">playground</span>' if k > base_ops else ""
     extra = ""
     failures: tuple[str, ...] = ()
     if k > 0:
-        step = trace.steps[k - 1]
-        if step.op.note:
-            extra += f'<div class="px-note" data-px-note="1"><b>Lesson:</b> {esc(step.op.note)}</div>'
-        if step.op.expect:
-            failures = step.expect_failures
-            if not failures:
-                extra += (
-                    '<div class="px-checks" data-px-checks="ok">&#10003; lesson checks hold: '
-                    + esc(", ".join(f"{key} = {_short(v)}" for key, v in step.op.expect.items()))
-                    + "</div>"
-                )
+        extra, failures = note_and_checks(trace.steps[k - 1], off_script)
     st.html(
         f'<div class="px-now" data-px-now="{k}"><div class="px-headline">Step {k} of {n}: {esc(now.headline)}{origin}</div>'
         f'<div class="px-refs">{_refs_line(now.refs)}</div><div class="px-now-text">{esc(now.text)}</div>{extra}</div>'
     )
     for f in failures:
         warning(f"Lesson check failed: {f}")
-
-
-def _short(v: object) -> str:
-    s = json.dumps(v) if not isinstance(v, str) else v
-    return s if len(s) <= 40 else s[:37] + "..."
 
 
 def phase_panels(trace: Trace, k: int, changed: set[int], selected: int | None) -> None:
@@ -263,7 +249,7 @@ def _metrics(trace: Trace, k: int) -> None:
     )
     st.caption(
         explain.metrics_sentence(trace, k)
-        + f" Preempted: {s['preempted_requests']} requests, {s['preempted_hits']:,} of {s['preempted_queries']:,} tokens hit."
+        + f" Preempted: {counted(s['preempted_requests'], 'request')}, {s['preempted_hits']:,} of {s['preempted_queries']:,} tokens hit."
     )
     st.html(
         f'<div class="px-refs">{_refs_line((REFS["record_stats"], REFS["prefix_cache_stats"], REFS["caching_metrics"]))}</div>'
