@@ -153,3 +153,152 @@ def test_the_hit_rate_chart_draws_only_the_steps_so_far():
     img = next(h for h in all_html(at).split("<img") if "px-rate" in h)
     svg = base64.b64decode(re.search(r"base64,([^\"]+)", img).group(1)).decode()
     assert svg == hit_rate_svg(trace, 5)
+
+
+# ---- the hash page: what NONE_HASH is a hash of ----------------------------------------------
+
+
+def test_hash_page_names_what_none_hash_hashes_and_the_interview_value():
+    import hashlib
+    import pickle
+
+    from explorer.ui.pages.hash import INTERVIEW_NOTE, NONE_HASH_FORMULA
+    from tests.ui.helpers import hash_page
+
+    at = hash_page()
+    html = all_html(at)
+    none = hashlib.sha256(pickle.dumps("vllm-none-hash", protocol=5)).hexdigest()
+    assert f"NONE_HASH = sha256(pickle.dumps(seed, protocol=5)) = {none}" in html
+    assert "sha256(seed)" not in html
+    # the walkthrough's runnable model hashes the raw bytes: the value the note quotes
+    raw = hashlib.sha256(b"vllm-none-hash").hexdigest()
+    assert raw.startswith("f686fa60") and raw[:8] in INTERVIEW_NOTE and none[:8] in INTERVIEW_NOTE
+    assert INTERVIEW_NOTE in _captions(at)
+    for algo, formula in NONE_HASH_FORMULA.items():
+        at.selectbox(key="px_h_algo").set_value(algo).run()
+        assert f"NONE_HASH = {formula} = " in all_html(at)
+        if algo.startswith("xxhash"):
+            assert "change from run to run" in _captions(at)
+
+
+def test_the_formula_is_how_the_core_derives_none_hash():
+    import pickle
+
+    import cbor2
+    import xxhash
+
+    from explorer.core.hashing import init_none_hash
+
+    seed = "s"
+    assert init_none_hash("xxhash", seed).none_hash == xxhash.xxh3_128_digest(pickle.dumps(seed, protocol=5))
+    assert init_none_hash("xxhash_cbor", seed).none_hash == xxhash.xxh3_128_digest(cbor2.dumps(seed, canonical=True))
+
+
+# ---- trace replay: separators, "skipped", a readable log axis --------------------------------
+
+
+def _sweep_result():
+    return {
+        "block_size": 16,
+        "requests": 1200,
+        "prompt_tokens": 12_345_678,
+        "timestamps": [0, 1],
+        "prompt_lengths": [10, 10],
+        "results": [
+            {"policy": "vllm", "num_blocks": 1000, "skipped": 1234, "hit_tokens": 9_876_543, "hit_rate": 0.8},
+            {"policy": "vllm", "num_blocks": 100_000, "skipped": 0, "hit_tokens": 10_000_000, "hit_rate": 0.81},
+            {"policy": "unbounded", "num_blocks": None, "skipped": 0, "hit_tokens": 10_000_001, "hit_rate": 0.82},
+            {
+                "policy": "scheduler",
+                "num_blocks": 1000,
+                "skipped": 2,
+                "hit_tokens": 1_000_000,
+                "hit_rate": 0.1,
+                "scheduler": {
+                    "steps": 51_162,
+                    "preemptions": 3,
+                    "peak_running": 64,
+                    "mean_queueing_ms": 1234.5678,
+                    "max_queueing_ms": 98765.4,
+                },
+            },
+        ],
+    }
+
+
+def test_replay_table_uses_separators_and_says_what_skipped_means():
+    from explorer.viz.replay import SKIPPED_HELP, results_table
+
+    rows = results_table(_sweep_result()["results"])
+    assert rows[0]["hit tokens"] == "9,876,543" and rows[0]["skipped (too big)"] == "1,234"
+    assert rows[0]["cache blocks"] == "1,000" and rows[2]["cache blocks"] == "unbounded"
+    assert rows[3]["engine steps"] == "51,162" and rows[3]["mean queueing (ms)"] == "1,234.6"
+    assert "could not fit even in an empty cache" in SKIPPED_HELP
+
+
+def test_replay_log_axis_is_labelled_with_the_swept_sizes():
+    from explorer.viz.replay import hit_rate_vs_cache_size
+
+    fig = hit_rate_vs_cache_size(_sweep_result())
+    assert fig.layout.xaxis.type == "log"
+    assert list(fig.layout.xaxis.tickvals) == [1000, 100_000]
+    assert list(fig.layout.xaxis.ticktext) == ["1,000", "100,000"]
+    assert "skipped (too big for the cache)" in fig.data[0].hovertemplate
+
+
+# ---- live events: what to try when nothing is connected --------------------------------------
+
+
+def _snap(connection: str, age: float | None = None, running_for: float = 30.0):
+    from explorer.ui.live_view import EndpointSnap
+
+    return EndpointSnap(
+        endpoint="tcp://127.0.0.1:5557",
+        replay_endpoint=None,
+        connection=connection,
+        replay_status=None,
+        error=None,
+        summary={},
+        instances=[],
+        recent=[],
+        last_frame_age=age,
+        running_for=running_for,
+        malformed_reasons={},
+        last_malformed=None,
+        pending=0,
+    )
+
+
+def test_live_status_says_to_choose_bind_when_nothing_connects():
+    from explorer.ui.pages.live import _status_line
+
+    hint = "nothing connected: if your publisher connects (endpoint with a host), choose Bind"
+    for conn in ("retrying (nothing answers there)", "connecting"):
+        kind, text = _status_line(_snap(conn), True)
+        assert hint in text and kind in ("error", "warning"), text
+    kind, text = _status_line(_snap("listening"), True)
+    assert "untick Bind" in text and kind == "warning"
+    # a connected publisher that is quiet is not "nothing connected"
+    for conn in ("connected", "publisher connected"):
+        assert "nothing connected" not in _status_line(_snap(conn), True)[1]
+    assert "nothing connected" not in _status_line(_snap("connecting", running_for=1.0), True)[1]
+    assert _status_line(_snap("connected", age=1.0), True)[0] == "success"
+
+
+# ---- publish --help and listen --help -----------------------------------------------------
+
+
+def test_publish_and_listen_help_describe_every_option():
+    from explorer.cli import build_parser
+
+    parser = build_parser()
+    subs = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    for name in ("publish", "listen"):
+        sub = subs.choices[name]
+        assert sub.description
+        for action in sub._actions:
+            if action.dest == "help":
+                continue
+            assert action.help and len(action.help) > 10, f"{name} {action.option_strings or action.dest} has no help"
+    assert "binds, as vLLM does" in subs.choices["publish"].format_help()
+    assert "--bind" in subs.choices["listen"].format_help()
