@@ -302,3 +302,15 @@ def test_publish_and_listen_help_describe_every_option():
             assert action.help and len(action.help) > 10, f"{name} {action.option_strings or action.dest} has no help"
     assert "binds, as vLLM does" in subs.choices["publish"].format_help()
     assert "--bind" in subs.choices["listen"].format_help()
+
+
+def test_practice_measured_section_shows_the_checked_in_runs():
+    from tests.ui.helpers import app_page, markdown_text
+
+    at = app_page("explorer/ui/pages/practice.py").run()
+    assert not at.exception
+    text = markdown_text(at)
+    assert "saved 77.0% (median of 4) of the full prefill = 96% of the FLOP ideal (80.3%)" in text
+    assert "No measurements are checked in yet" not in text
+    table = next(t.value for t in at.table if "full ms" in t.value.columns)
+    assert list(table["full ms"]) == ["5,746", "5,989", "5,922", "4,381"]
