@@ -131,7 +131,7 @@ def _question_block() -> None:
     if q.mistake:
         st.markdown(f"**The mistake:** {q.mistake}")
     with st.expander("What happened so far", expanded=True):
-        st.code("\n".join(q.setup) if q.setup else "(nothing yet)", language=None)
+        st.code("\n".join(q.setup) if q.setup else "(nothing yet)", language=None, wrap_lines=True)
     st.markdown("**State before the step**")
     st.markdown("\n".join(f"- {line}" for line in q.state))
     st.markdown(f"**Now:** {q.asked}.")
@@ -174,7 +174,7 @@ def _reveal(q: Question, correct: bool, message: str) -> None:
     st.markdown("\n".join(f"- {line}" for line in q.explanation))
     step = q.asked_step()
     st.markdown("**What the engine did in this step**")
-    st.code(describe_step(step, q.scenario.engine.block_size).strip(), language=None)
+    st.code(describe_step(step, q.scenario.engine.block_size).strip(), language=None, wrap_lines=True)
     if q.lesson:
         st.page_link(
             LESSONS_PAGE,
@@ -227,6 +227,7 @@ def _interview() -> None:
             st.code(
                 "\n".join(demo.setup + (describe_step(demo.asked_step(), demo.scenario.engine.block_size).strip(),)),
                 language=None,
+                wrap_lines=True,
             )
             st.markdown(
                 f"The mistake predicts **{format_answer('int', demo.mistaken_answer)}**; the engine hits "
