@@ -314,3 +314,11 @@ def test_practice_measured_section_shows_the_checked_in_runs():
     assert "No measurements are checked in yet" not in text
     table = next(t.value for t in at.table if "full ms" in t.value.columns)
     assert list(table["full ms"]) == ["5,746", "5,989", "5,922", "4,381"]
+
+
+def test_the_readme_quotes_the_continues_from_line_as_the_page_writes_it():
+    sc, rep = build(ViewState())
+    line = continues_from(rep.trace, sc.title, len(sc.ops))
+    readme = (ROOT / "README.md").read_text(encoding="utf-8").replace("\n", " ")
+    quoted = line.removeprefix("New steps continue ").split(" (")[0]
+    assert f'("{quoted} ...",' in readme, quoted
