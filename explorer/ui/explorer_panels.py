@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from explorer.errors import BadInput
 from explorer.scenario.trace import Trace
 from explorer.ui import bound, engine_step_panels
 from explorer.ui.engine_step_panels import draws_step
@@ -14,9 +15,9 @@ from explorer.ui.explain.records import PANEL_TITLES
 from explorer.ui.explain.refs import REFS
 from explorer.ui.explain.words import counted
 from explorer.ui.explorer_callbacks import close_history, on_block, on_strip_select
-from explorer.ui.explorer_session import W_BLOCK
+from explorer.ui.explorer_session import W_BLOCK, base_scenario, current_view
 from explorer.ui.history import block_history
-from explorer.ui.lesson_checks import note_and_checks
+from explorer.ui.lesson_checks import note_and_checks, off_script
 from explorer.ui.text import esc, paragraph, warning
 from explorer.viz.chips import grid_mode, legend_html, snap_chip
 from explorer.viz.figures import heat_strip
@@ -67,21 +68,31 @@ def _refs_line(refs) -> str:
     return " ".join(f"<span class='px-ref'>{esc(r.func)} <span class='px-loc'>{esc(r.loc)}</span></span>" for r in refs)
 
 
-def now_box(trace: Trace, k: int, base_ops: int, off_script: str | None = None) -> None:
-    """``off_script``: how the settings differ from the lesson's (explorer.ui.lesson_checks)."""
+def now_box(trace: Trace, k: int, base_ops: int) -> None:
     now = (engine_step.now if trace.scenario.sched is not None else explain.now)(trace, k)
     n = len(trace.steps)
     origin = ' <span class="px-tag">playground</span>' if k > base_ops else ""
     extra = ""
     failures: tuple[str, ...] = ()
     if k > 0:
-        extra, failures = note_and_checks(trace.steps[k - 1], off_script)
+        extra, failures = note_and_checks(trace.steps[k - 1], _off_script())
     st.html(
         f'<div class="px-now" data-px-now="{k}"><div class="px-headline">Step {k} of {n}: {esc(now.headline)}{origin}</div>'
         f'<div class="px-refs">{_refs_line(now.refs)}</div><div class="px-now-text">{esc(now.text)}</div>{extra}</div>'
     )
     for f in failures:
         warning(f"Lesson check failed: {f}")
+
+
+def _off_script() -> str | None:
+    """How the view's engine settings differ from its scenario's own (None: they do not)."""
+    view = current_view()
+    if not view.engine:
+        return None
+    try:
+        return off_script(view.engine, base_scenario(view).engine)
+    except BadInput:
+        return None
 
 
 def phase_panels(trace: Trace, k: int, changed: set[int], selected: int | None) -> None:

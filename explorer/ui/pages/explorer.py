@@ -37,7 +37,6 @@ from explorer.ui.explorer_session import (
 from explorer.ui.explorer_sidebar import sidebar
 from explorer.ui.explorer_stepper import autoplay, stepper
 from explorer.ui.history import changed_blocks
-from explorer.ui.lesson_checks import off_script as lesson_off_script
 from explorer.ui.state import DEFAULT_LESSON, Replayed, ViewState, to_query
 from explorer.ui.style import page_css
 from explorer.ui.text import caption, error, esc, toast
@@ -150,8 +149,7 @@ def render() -> None:
     changed = changed_blocks(trace, k)
     selected = view.block
     base_ops = len(base.ops) if base is not None else n
-    off = lesson_off_script(view.engine, base.engine) if base is not None and view.engine else None
-    now_box(trace, k, base_ops, off)
+    now_box(trace, k, base_ops)
     phase_panels(trace, k, changed, selected)
     state_views(trace, k, changed, selected)
 
