@@ -97,7 +97,10 @@ def test_clipped_content_wraps_from_1024_px(px_browser, px_app_url, width):
     page = ctx.new_page()
     try:
         checks = [
-            (f"{px_app_url}/?lesson=00_two_chat_turns&step=20", [".px-refs", ".px-scroll"]),
+            (
+                f"{px_app_url}/?lesson=00_two_chat_turns&step=20",
+                [".px-refs", ".px-scroll", '[data-testid="stColumn"]:has(.px-rate)'],  # the metrics column whole
+            ),
             (f"{px_app_url}/router", ['[data-testid="stTable"]']),
             (f"{px_app_url}/practice", ['[data-testid="stExpander"]']),
         ]
