@@ -179,6 +179,10 @@ def test_hash_page_names_what_none_hash_hashes_and_the_interview_value():
         assert f"NONE_HASH = {formula} = " in all_html(at)
         if algo.startswith("xxhash"):
             assert "change from run to run" in _captions(at)
+        else:
+            assert "change from run to run" not in _captions(at)
+    at.text_input(key="px_h_seed").set_value("42").run()
+    assert "change from run to run" not in _captions(at) and "A typed seed" in _captions(at)
 
 
 def test_the_formula_is_how_the_core_derives_none_hash():

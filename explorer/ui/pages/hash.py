@@ -128,6 +128,11 @@ def seed_caption(algo: str, typed_seed: str) -> str:
         return XXHASH_NOTE
     if algo == "sha256" and not typed_seed:
         return INTERVIEW_NOTE
+    if not typed_seed:
+        return (
+            'vLLM\'s default seed "vllm-none-hash", CBOR-encoded: the same NONE_HASH in every vLLM process, '
+            "and reproducible outside Python."
+        )
     return "A typed seed is the string vLLM would read from PYTHONHASHSEED: the same seed gives the same hashes in any run."
 
 
