@@ -95,7 +95,7 @@ def sidebar(view: ViewState, base: Scenario | None, sc: Scenario | None, trace: 
                 caption("Changed: " + ", ".join(f"{k} = {v!r}" for k, v in view.engine.items()))
 
     with sb.expander("Playground", expanded=bool(view.edits) or view.lesson == BLANK_POOL, key="px_x_playground"):
-        if sc is not None and trace is not None:
+        if sc is not None and trace is not None and sc.sched is None:
             caption(continues_from(trace, sc.title, len(base.ops) if base is not None else len(trace.steps)))
         if view.lesson != BLANK_POOL or view.edits:
             st.button("Start from an empty pool", on_click=start_empty_pool, key="px_b_empty_pool", width="stretch")

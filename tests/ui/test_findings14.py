@@ -326,3 +326,11 @@ def test_the_readme_quotes_the_continues_from_line_as_the_page_writes_it():
     readme = (ROOT / "README.md").read_text(encoding="utf-8").replace("\n", " ")
     quoted = line.removeprefix("New steps continue ").split(" (")[0]
     assert f'("{quoted} ...",' in readme, quoted
+
+
+def test_an_engine_step_scenario_offers_the_empty_pool_but_no_continues_from_line():
+    at = explorer(query={"lesson": "14_engine_step"})
+    assert "New steps continue" not in _captions(at)
+    at.button(key="px_b_empty_pool").click().run()
+    assert _view(at).lesson == BLANK_POOL and not _errors(at)
+    assert "New steps continue from the start of Blank pool" in _captions(at)
