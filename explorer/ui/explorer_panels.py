@@ -7,7 +7,7 @@ import streamlit as st
 
 from explorer.errors import BadInput
 from explorer.scenario.trace import Trace
-from explorer.ui import bound, engine_step_panels
+from explorer.ui import bound, engine_step_panels, lesson_checks
 from explorer.ui.engine_step_panels import draws_step
 from explorer.ui.explain import engine_step
 from explorer.ui.explain import step as explain
@@ -17,7 +17,6 @@ from explorer.ui.explain.words import counted
 from explorer.ui.explorer_callbacks import close_history, on_block, on_strip_select
 from explorer.ui.explorer_session import W_BLOCK, base_scenario, current_view
 from explorer.ui.history import block_history
-from explorer.ui.lesson_checks import note_and_checks, off_script
 from explorer.ui.text import esc, paragraph, warning
 from explorer.viz.chips import grid_mode, legend_html, snap_chip
 from explorer.viz.figures import heat_strip
@@ -75,7 +74,7 @@ def now_box(trace: Trace, k: int, base_ops: int) -> None:
     extra = ""
     failures: tuple[str, ...] = ()
     if k > 0:
-        extra, failures = note_and_checks(trace.steps[k - 1], _off_script())
+        extra, failures = lesson_checks.note_and_checks(trace.steps[k - 1], _off_script())
     st.html(
         f'<div class="px-now" data-px-now="{k}"><div class="px-headline">Step {k} of {n}: {esc(now.headline)}{origin}</div>'
         f'<div class="px-refs">{_refs_line(now.refs)}</div><div class="px-now-text">{esc(now.text)}</div>{extra}</div>'
@@ -90,7 +89,7 @@ def _off_script() -> str | None:
     if not view.engine:
         return None
     try:
-        return off_script(view.engine, base_scenario(view).engine)
+        return lesson_checks.off_script(view.engine, base_scenario(view).engine)
     except BadInput:
         return None
 
