@@ -7,7 +7,7 @@ import streamlit as st
 
 from explorer.errors import BadInput
 from explorer.scenario.trace import Trace
-from explorer.ui import bound, engine_step_panels, lesson_checks
+from explorer.ui import bound, engine_step_panels
 from explorer.ui.engine_step_panels import draws_step
 from explorer.ui.explain import engine_step
 from explorer.ui.explain import step as explain
@@ -15,7 +15,7 @@ from explorer.ui.explain.records import PANEL_TITLES
 from explorer.ui.explain.refs import REFS
 from explorer.ui.explain.words import counted
 from explorer.ui.explorer_callbacks import close_history, on_block, on_strip_select
-from explorer.ui.explorer_session import W_BLOCK, base_scenario, current_view
+from explorer.ui.explorer_session import W_BLOCK
 from explorer.ui.history import block_history
 from explorer.ui.text import esc, paragraph, warning
 from explorer.viz.chips import grid_mode, legend_html, snap_chip
@@ -74,7 +74,7 @@ def now_box(trace: Trace, k: int, base_ops: int) -> None:
     extra = ""
     failures: tuple[str, ...] = ()
     if k > 0:
-        extra, failures = lesson_checks.note_and_checks(trace.steps[k - 1], _off_script())
+        extra, failures = _note_and_checks(trace.steps[k - 1])
     st.html(
         f'<div class="px-now" data-px-now="{k}"><div class="px-headline">Step {k} of {n}: {esc(now.headline)}{origin}</div>'
         f'<div class="px-refs">{_refs_line(now.refs)}</div><div class="px-now-text">{esc(now.text)}</div>{extra}</div>'
@@ -83,15 +83,20 @@ def now_box(trace: Trace, k: int, base_ops: int) -> None:
         warning(f"Lesson check failed: {f}")
 
 
-def _off_script() -> str | None:
-    """How the view's engine settings differ from its scenario's own (None: they do not)."""
+def _note_and_checks(step) -> tuple[str, tuple[str, ...]]:
+    """The step's lesson note and checks, off script when the view's engine settings differ from
+    its scenario's own (explorer.ui.lesson_checks)."""
+    from explorer.ui import lesson_checks
+    from explorer.ui.explorer_session import base_scenario, current_view
+
     view = current_view()
-    if not view.engine:
-        return None
-    try:
-        return lesson_checks.off_script(view.engine, base_scenario(view).engine)
-    except BadInput:
-        return None
+    off = None
+    if view.engine:
+        try:
+            off = lesson_checks.off_script(view.engine, base_scenario(view).engine)
+        except BadInput:
+            off = None
+    return lesson_checks.note_and_checks(step, off)
 
 
 def phase_panels(trace: Trace, k: int, changed: set[int], selected: int | None) -> None:
