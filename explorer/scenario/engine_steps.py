@@ -55,10 +55,14 @@ class EngineStepReplay:
         cfg = scenario.engine
         self.ctx, self.hasher = block_hasher(cfg, hash_seed)
         self.recorder = SchedRecorder(cfg.block_size) if record else None
-        self.manager = new_manager(cfg, self.recorder)
+        self.manager = new_manager(cfg, self.recorder, scenario.speculative)
         s = scenario.sched
         config = SchedulerConfig(
-            s.max_num_batched_tokens, s.max_num_seqs, s.long_prefill_token_threshold, s.scheduler == "async"
+            s.max_num_batched_tokens,
+            s.max_num_seqs,
+            s.long_prefill_token_threshold,
+            s.scheduler == "async",
+            scenario.speculative,
         )
         self.publisher = KVEventCollector()
         self.engine_core = make_engine_core(self.manager, config, self.publisher)
@@ -104,7 +108,7 @@ class EngineStepReplay:
         req = Request(
             op.id, op.prompt, self.hasher, lora, op.cache_salt, (), op.prompt_logprobs, max_tokens=len(op.output)
         )
-        self.engine_core.add_request(req, op.output)
+        self.engine_core.add_request(req, op.output, op.accepted or ())
         self.arrived.add(op.id)
         if self.record:
             out["hashed"] = hashed_since(req, 0, self.scenario.engine.block_size)

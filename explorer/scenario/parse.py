@@ -1,10 +1,9 @@
 """Scenario files (design section 3): TOML -> a validated `Scenario` of ops.
 
-A scenario is an engine setup plus a list of steps (`arrive`, `admit`, `sample`, `decode`,
-`generate`, `finish`, `preempt`, `reset`). Parsing checks everything that can be checked
-without running the engine: types, unknown keys, token specs, lengths, LoRA paths, image
-placeholders, `expect` keys. Checks that depend on the engine state (is this id live, is
-there anything left to compute) happen during replay, in `explorer.scenario.engine`.
+A scenario is an engine setup plus a list of steps. Parsing checks everything that can be
+checked without running the engine: types, unknown keys, token specs, lengths, LoRA paths,
+image placeholders, `expect` keys (speculative decoding's: parse_spec_decode.py). Checks that
+depend on the engine state (is this id live, anything left to compute) happen during replay.
 
 Every error is a `BadInput` naming the file, the step and the field, e.g.
 ``lessons/03_lookup.toml: step 4 (admit B): tokens: expected a positive integer``.
@@ -21,6 +20,7 @@ from typing import Any
 from explorer.core.hashing import HASH_ALGOS
 from explorer.errors import BadInput, read_user_file
 from explorer.scenario.budget import SizeBudget
+from explorer.scenario.parse_spec_decode import SPEC_KEY, apply_spec_ops, parse_speculative
 from explorer.scenario.spec import (
     CLI_LIMITS,
     ENGINE_DEFAULTS,
@@ -95,9 +95,9 @@ def _engine(ctx: _Ctx, raw: Any, limits: Limits) -> EngineConfig:
         raw = {}
     if not isinstance(raw, Mapping):
         raise ctx.fail("engine", "expected a table")
-    unknown = set(raw) - set(ENGINE_DEFAULTS) - set(SCHED_DEFAULTS)
+    unknown = set(raw) - set(ENGINE_DEFAULTS) - set(SCHED_DEFAULTS) - {SPEC_KEY}
     if unknown:
-        known = ", ".join([*ENGINE_DEFAULTS, *SCHED_DEFAULTS])
+        known = ", ".join([*ENGINE_DEFAULTS, *SCHED_DEFAULTS, SPEC_KEY])
         raise ctx.fail("engine", f"unknown key {sorted(unknown)[0]!r} (known: {known})")
     v = {**ENGINE_DEFAULTS, **raw}
     block_size = _int(ctx, "engine.block_size", v["block_size"], 1, MAX_BLOCK_SIZE)
@@ -350,9 +350,10 @@ def parse_scenario_dict(data: Mapping[str, Any], source: str = "<scenario>", lim
         raise ctx.fail("steps", f"{len(steps):,} steps, more than the limit {limits.max_steps:,}")
     engine_steps = is_engine_step_scenario(steps)
     sched = parse_sched(ctx.fail, data.get("engine"), engine_steps, engine.max_model_len)
+    speculative = parse_speculative(ctx.fail, data.get("engine"), sched)
     parser = StepParser(source, engine, limits, engine_steps)
-    ops = tuple(parser.parse(i, s) for i, s in enumerate(steps))
-    return Scenario(title, engine, ops, source, description, tuple(dict(s) for s in steps), sched)
+    ops = apply_spec_ops(ctx.fail, tuple(parser.parse(i, s) for i, s in enumerate(steps)), steps, speculative)
+    return Scenario(title, engine, ops, source, description, tuple(dict(s) for s in steps), sched, speculative)
 
 
 def parse_scenario_text(text: str, source: str = "<scenario>", limits: Limits = CLI_LIMITS) -> Scenario:

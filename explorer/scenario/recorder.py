@@ -16,6 +16,7 @@ from explorer.core.kv_cache_manager import KVCacheManager
 from explorer.core.kv_cache_observer import AdmissionCheck, FreedTo, KVCacheObserver
 from explorer.core.kv_cache_utils import generate_block_hash_extra_keys, get_request_block_hasher
 from explorer.core.request import Request
+from explorer.core.sched.speculative import SpeculativeConfig
 from explorer.errors import BadInput
 from explorer.scenario.spec import EngineConfig
 from explorer.scenario.trace import CacheCall, CachedBlock, Freed, HashedBlock, Lookup
@@ -116,9 +117,11 @@ def hashed_since(req: Request, n_before: int, block_size: int) -> tuple[HashedBl
     )
 
 
-def new_manager(cfg: EngineConfig, observer: KVCacheObserver | None) -> KVCacheManager:
+def new_manager(
+    cfg: EngineConfig, observer: KVCacheObserver | None, speculative: SpeculativeConfig | None = None
+) -> KVCacheManager:
     """The KV cache manager a scenario's engine settings describe (stats always on: the replay
-    JSON reports them)."""
+    JSON reports them); with speculative decoding, EAGLE's hit drop as the scheduler sets it."""
     return KVCacheManager(
         cfg.num_blocks,
         cfg.block_size,
@@ -128,4 +131,6 @@ def new_manager(cfg: EngineConfig, observer: KVCacheObserver | None) -> KVCacheM
         log_stats=True,
         use_int_block_hashes=cfg.int_block_hashes,
         observer=observer,
+        use_eagle=speculative is not None and speculative.use_eagle_block_drop(),
+        num_prefill_lookahead=0 if speculative is None else speculative.num_prefill_lookahead_tokens,
     )

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from explorer.core.hashing import resolve_none_hash_seed
+from explorer.core.sched.speculative import SpeculativeConfig
 from explorer.scenario.step_spec import STEP_EXPECT_KEYS, SchedSpec
 
 # Engine-step scenarios (design section 7) add `step` and `abort`; step_spec.py says which op
@@ -15,10 +16,12 @@ OPS = ("arrive", "admit", "sample", "decode", "generate", "finish", "preempt", "
 
 # Keys each op accepts besides `op`, `note` and `expect`.
 OP_KEYS: dict[str, frozenset[str]] = {
-    "arrive": frozenset({"id", "prompt", "text", "lora", "lora_path", "cache_salt", "mm", "prompt_logprobs", "output"}),
+    "arrive": frozenset(
+        {"id", "prompt", "text", "lora", "lora_path", "cache_salt", "mm", "prompt_logprobs", "output", "accepted"}
+    ),
     "admit": frozenset({"id", "tokens"}),
     "sample": frozenset({"id", "tokens"}),
-    "decode": frozenset({"id"}),
+    "decode": frozenset({"id", "draft_tokens"}),
     "generate": frozenset({"id", "tokens"}),
     "finish": frozenset({"id"}),
     "preempt": frozenset({"id"}),
@@ -163,6 +166,8 @@ class Op:
     running: bool = False
     output: tuple[int, ...] | None = None  # engine-step arrive: the tokens the model samples
     external: bool | None = None  # engine-step reset: reset_connector
+    draft_tokens: int | None = None  # decode: drafts this step verifies (design section 9)
+    accepted: tuple[int, ...] | None = None  # engine-step arrive: drafts accepted per decode step
     note: str | None = None
     expect: Mapping[str, Any] = field(default_factory=dict)
 
@@ -194,8 +199,12 @@ class Op:
             if self.output is not None:  # engine-step arrive: no images
                 del d["mm"]
                 d["output"] = list(self.output)
+            if self.accepted is not None:
+                d["accepted"] = list(self.accepted)
         elif self.op == "admit":
             d["tokens"] = self.tokens
+        elif self.op == "decode" and self.draft_tokens is not None:
+            d["draft_tokens"] = self.draft_tokens
         elif self.op in ("sample", "generate"):
             assert not isinstance(self.tokens, int)
             d["tokens"] = list(self.tokens or ())
@@ -213,10 +222,17 @@ class Scenario:
     raw_steps: tuple[Mapping[str, Any], ...] = ()
     # The scheduler keys of an engine-step scenario; None for a manager-level one.
     sched: SchedSpec | None = None
+    # engine.speculative (design section 9); None without drafts.
+    speculative: SpeculativeConfig | None = None
 
     def engine_dict(self) -> dict[str, Any]:
-        """The [engine] table: the engine keys, and the scheduler keys of an engine-step scenario."""
-        return {**self.engine.as_dict(), **(self.sched.as_dict() if self.sched is not None else {})}
+        """The [engine] table: the engine keys, the scheduler keys of an engine-step scenario,
+        and `speculative` when set."""
+        d = {**self.engine.as_dict(), **(self.sched.as_dict() if self.sched is not None else {})}
+        if self.speculative is not None:
+            sp = self.speculative
+            d["speculative"] = {"method": sp.method, "num_speculative_tokens": sp.num_speculative_tokens}
+        return d
 
     def normalized(self, hash_seed: str | None) -> dict[str, Any]:
         engine = self.engine_dict()

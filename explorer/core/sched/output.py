@@ -40,6 +40,8 @@ class SchedulerOutput:
     # Not a field of vLLM's output: the preemptions this schedule() made, in order (its local
     # ``preempted_reqs``, scheduler.py:579); the replay reports them.
     preempted_reqs: list[str] = field(default_factory=list)
+    # req_id -> the drafts scheduled with it (placeholders -1 for a padded admission).
+    scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass

@@ -13,13 +13,10 @@ One engine step is ``schedule()``, the model runs the batch, then ``update_from_
   blocks), stops a request at ``max_tokens`` and frees it, publishes the step's KV events as
   one batch and reports the step's prefix-cache stats.
 
-What vLLM's scheduler also does and this mirror leaves out, because none of it changes a
-prefix-cache decision without its feature: the KV connector, encoder inputs, speculative
-decoding, structured output, LoRA slot limits, the priority policy, pipeline and data
-parallelism, streaming input, Mamba alignment, the watermark (0 by default) and the waiting
-queue of block holders (empty without a connector). Every manager call goes through the
-manager-level `RequestSteps` where the call is the same (lookup, admission, preemption, free,
-reset), so the scenario ops and the scheduler make one set of calls.
+Drafts (speculative decoding) are spec_decode.py's mixin. Left out, as none of it changes a
+prefix-cache decision without its feature: the KV connector, encoder inputs, structured output,
+LoRA slots, priorities, pipeline/data parallelism, streaming input, Mamba alignment, the watermark
+(0). Manager calls go through `RequestSteps` where they are the same as the scenario ops'.
 """
 
 from __future__ import annotations
@@ -43,10 +40,11 @@ from explorer.core.sched.output import (
     SchedulerStats,
 )
 from explorer.core.sched.request_steps import RequestSteps
+from explorer.core.sched.spec_decode import SpecDecodeMixin
 from explorer.core.sched.utils import check_stop
 
 
-class Scheduler:
+class Scheduler(SpecDecodeMixin):
     def __init__(
         self,
         kv_cache_manager: KVCacheManager,
@@ -64,6 +62,7 @@ class Scheduler:
         self.max_model_len = kv_cache_manager.max_model_len
         self.kv_event_publisher: KVEventPublisher = kv_event_publisher or KVEventCollector()
         self.clock = clock
+        self._init_spec_decode(config.speculative_config)
         # req_id -> Request, every request not finished, in arrival order.
         self.requests: dict[str, Request] = {}
         # FCFS: arrivals at the back, preempted requests at the front (request_queue.py:76-116).
@@ -112,7 +111,7 @@ class Scheduler:
 
         # First, the RUNNING requests (scheduler.py:628-869).
         req_index = 0
-        while req_index < len(self.running) and token_budget > 0:
+        while req_index < len(self.running) and (room := self._input_room(token_budget, num_scheduled_tokens)) > 0:
             request = self.running[req_index]
             assert request.max_tokens is not None
             # Async: the step in flight surely reached max_tokens; no extra step (L645-655).
@@ -123,19 +122,23 @@ class Scheduler:
             ):
                 req_index += 1
                 continue
-            num_new_tokens = request.num_tokens + request.num_output_placeholders - request.num_computed_tokens
+            num_new_tokens = (
+                request.num_tokens_with_spec + request.num_output_placeholders - request.num_computed_tokens
+            )
             if 0 < threshold < num_new_tokens:
                 num_new_tokens = threshold
-            num_new_tokens = min(num_new_tokens, token_budget)
-            # The input position must stay below max_model_len (L685-691).
-            num_new_tokens = min(num_new_tokens, self.max_model_len - request.num_computed_tokens - 1)
+            num_new_tokens = min(num_new_tokens, room)
+            num_new_tokens = min(num_new_tokens, self.max_model_len - request.num_computed_tokens - 1)  # L685-691
+            num_new_tokens = self._reserve_prefill_lookahead(request, request.num_computed_tokens, num_new_tokens)
             if num_new_tokens == 0:
                 # `continue`, not `break`: a later request may still fit (L738-741).
                 req_index += 1
                 continue
 
             while True:
-                new_blocks = self.kv_cache_manager.allocate_slots(request, num_new_tokens)
+                new_blocks = self.kv_cache_manager.allocate_slots(
+                    request, num_new_tokens, num_lookahead_tokens=self.num_lookahead_tokens
+                )
                 if new_blocks is not None:
                     break
                 # No room: preempt the lowest-priority request, under FCFS the last running
@@ -155,6 +158,7 @@ class Scheduler:
             num_scheduled_tokens[request.request_id] = num_new_tokens
             token_budget -= num_new_tokens
             req_index += 1
+            self._schedule_spec_tokens(request, num_new_tokens)
 
         # Next, the WAITING requests, but not in a step that preempted (L872-1344).
         if not preempted_reqs:
@@ -174,6 +178,7 @@ class Scheduler:
             finished_req_ids=self.finished_req_ids,
             preempted_req_ids=self.reset_preempted_req_ids,
             preempted_reqs=[r.request_id for r in preempted_reqs],
+            scheduled_spec_decode_tokens=self._take_spec_tokens(),
         )
         self._update_after_schedule(scheduler_output)
         if self.observer is not None:
@@ -195,7 +200,7 @@ class Scheduler:
         """Admit waiting requests in FCFS order while the budget and max_num_seqs allow; the
         first one that does not fit ends the scan (`break`: FCFS is kept)."""
         skipped: list[Request] = []
-        while token_budget > 0 and self.waiting:
+        while self.waiting and (room := self._input_room(token_budget, num_scheduled_tokens)) > 0:
             if len(self.running) >= self.max_num_running_reqs:
                 break
             request = self.waiting[0]
@@ -213,11 +218,12 @@ class Scheduler:
             if request.prefill_stats is not None and request.num_preemptions <= 0:
                 request.prefill_stats.set(request.num_prompt_tokens, num_new_local_computed_tokens, 0)
             # `num_tokens`, not the prompt: a resumed request recomputes its outputs (L1081-1084).
-            num_new_tokens = request.num_tokens - num_computed_tokens
+            num_new_tokens = self._pad_spec_decode(num_computed_tokens, request.num_tokens - num_computed_tokens, room)
             if 0 < threshold < num_new_tokens:
                 num_new_tokens = threshold
-            num_new_tokens = min(num_new_tokens, token_budget)
-            assert num_new_tokens > 0
+            num_new_tokens = self._reserve_prefill_lookahead(request, num_computed_tokens, min(num_new_tokens, room))
+            if num_new_tokens == 0:
+                break
 
             # The whole sequence must fit, not only this chunk (scheduler_reserve_full_isl,
             # on by default, L1207-1222); stats are recorded only at admission (L1252-1256).
@@ -240,6 +246,7 @@ class Scheduler:
             token_budget -= num_new_tokens
             self.request_steps.set_running(request)
             request.num_computed_tokens = num_computed_tokens
+            self._note_padding(request, num_new_tokens, num_computed_tokens)
         # Skipped requests go back to the front, in their order (L1341-1344).
         self.waiting.extendleft(reversed(skipped))
 
@@ -298,6 +305,7 @@ class Scheduler:
 
             req_index = model_runner_output.req_id_to_index[req_id]
             new_token_ids = sampled_token_ids[req_index] if sampled_token_ids else []
+            self._roll_back_rejected(request, scheduler_output, new_token_ids, output_is_stale)
             status_before_stop = request.status
             stopped = False
             if new_token_ids:
