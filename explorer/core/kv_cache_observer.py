@@ -71,6 +71,10 @@ class KVCacheObserver:
         """``find_longest_cache_hit`` probed hash ``block_index``: a hit on ``block_id``, or
         the first miss (``None``), after which the walk stops."""
 
+    def on_eagle_drop(self, group_id: int, block_index: int, block_id: int) -> None:
+        """EAGLE dropped the last hit block (``block_index``, held by ``block_id``) from the
+        lookup's result: the drafter needs that block's hidden states recomputed (rule 74)."""
+
     def on_admission_check(self, check: AdmissionCheck) -> None:
         """``allocate_slots`` decided whether the request fits."""
 

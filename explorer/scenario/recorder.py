@@ -19,7 +19,7 @@ from explorer.core.request import Request
 from explorer.core.sched.speculative import SpeculativeConfig
 from explorer.errors import BadInput
 from explorer.scenario.spec import EngineConfig
-from explorer.scenario.trace import CacheCall, CachedBlock, Freed, HashedBlock, Lookup
+from explorer.scenario.trace import CacheCall, CachedBlock, DraftsVerified, Freed, HashedBlock, Lookup
 
 
 class StepError(BadInput):
@@ -60,6 +60,8 @@ class StepRecorder(KVCacheObserver):
         self.evicted: list[tuple[int, bytes]] = []
         self.cached: list[CachedBlock] = []
         self.freed: list[Freed] = []
+        self.eagle_dropped: list[tuple[int, int]] = []
+        self.drafts: list[DraftsVerified] = []
 
     def on_lookup(self, request_id: str, num_tokens: int, max_cache_hit_length: int, num_hit_tokens: int) -> None:
         cap = max_cache_hit_length // self.block_size
@@ -70,6 +72,14 @@ class StepRecorder(KVCacheObserver):
 
     def on_lookup_probe(self, group_id: int, block_index: int, block_id: int | None) -> None:
         self.probes.append((block_index, block_id is not None, block_id))
+
+    def on_eagle_drop(self, group_id: int, block_index: int, block_id: int) -> None:
+        self.eagle_dropped.append((block_index, block_id))
+
+    def on_drafts_verified(
+        self, request_id: str, num_drafts: int, num_accepted: int, placeholders: bool, num_computed_tokens: int
+    ) -> None:
+        self.drafts.append(DraftsVerified(request_id, num_drafts, num_accepted, placeholders, num_computed_tokens))
 
     def on_admission_check(self, check: AdmissionCheck) -> None:
         self.admissions.append(check)
@@ -103,6 +113,8 @@ class StepRecorder(KVCacheObserver):
             "evicted": tuple(self.evicted),
             "cached": tuple(self.cached),
             "freed": tuple(self.freed),
+            "eagle_dropped": tuple(self.eagle_dropped),
+            "drafts": tuple(self.drafts),
         }
 
 

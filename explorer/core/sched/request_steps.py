@@ -120,8 +120,14 @@ class RequestSteps:
         """The model answered a step that verified ``num_draft_tokens`` drafts with
         ``num_sampled`` tokens (the accepted drafts plus one bonus token): the rejected drafts
         leave ``num_computed_tokens`` (scheduler.py:2051-2069). Returns how many."""
-        num_rejected = num_draft_tokens - max(num_sampled - 1, 0)
+        num_accepted = max(num_sampled - 1, 0)
+        num_rejected = num_draft_tokens - num_accepted
         request.num_computed_tokens -= num_rejected
+        observer = self.kv_cache_manager.observer
+        if observer is not None:
+            observer.on_drafts_verified(
+                request.request_id, num_draft_tokens, num_accepted, False, request.num_computed_tokens
+            )
         return num_rejected
 
     def finish(self, request: Request, status: RequestStatus = RequestStatus.FINISHED_STOPPED) -> None:
