@@ -187,3 +187,15 @@ def test_a_reset_that_preempts_drops_the_pending_drafts():
     steps = DECODE + '[[steps]]\nop = "reset"\nrunning = true\n'
     trace = replay(parse_scenario_text(MANAGER.format(engine=SPEC, steps=steps), "s.toml"))
     assert trace.steps[-1].preempted == ("R",)
+
+
+def test_the_snapshot_budget_counts_draft_positions_and_lookahead_slots():
+    from explorer.scenario.budget import snapshot_cells
+
+    text = MANAGER.format(engine="block_size = 1", steps="")
+    plain = snapshot_cells(parse_scenario_text(text, "s.toml"), record=True)
+    spec = snapshot_cells(
+        parse_scenario_text(text.replace("block_size = 1", "block_size = 1\n" + SPEC), "s.toml"), True
+    )
+    # Per snapshot with R live (3 of the 4), 7 more entries: 3 draft positions and 4 slots.
+    assert spec - plain == 3 * 7
