@@ -17,6 +17,7 @@ from explorer.viz.text import esc
 
 MAX_ROWS = 40  # every size has a cap: requests drawn per step
 _SEG = "display:inline-block;height:1.4em;line-height:1.4em;font-size:0.75em;overflow:hidden;text-align:center"
+_CHIP = "display:inline-block;padding:0 0.4em;margin:0 0.1em;border:1px solid #888;border-radius:3px;cursor:pointer"
 _KNOWN, _DRAFT, _LOOKAHEAD = "#9cc3e6", "#f3c27b", "repeating-linear-gradient(45deg,#ddd,#ddd 4px,#fff 4px,#fff 8px)"
 
 
@@ -28,9 +29,10 @@ def dropped_html(step: Step, block_size: int) -> str:
     for index, block_id in step.eagle_dropped[:MAX_ROWS]:
         matched = (index + 1) * block_size
         rows.append(
-            f'<div class="px-row" data-px-eagle-drop="{block_id}">The lookup matched {index + 1} blocks ({matched:,} '
-            f"tokens); EAGLE drops the last, block #{index} held by "
-            f'<span class="px-chip" data-px-block="{block_id}" style="text-decoration:line-through">{block_id}</span>: '
+            f'<div style="margin:0.35em 0" data-px-eagle-drop="{block_id}">The lookup matched {index + 1} '
+            f"block{'s' if index else ''} ({matched:,} "
+            f"tokens); EAGLE drops the last, the request's block {index}, pool block "
+            f'<span data-px-block="{block_id}" style="{_CHIP};text-decoration:line-through">#{block_id}</span>: '
             f"the hit is {matched - block_size:,} tokens. The drafter needs that block's hidden states, which only "
             "computing it again gives.</div>"
         )
@@ -71,7 +73,7 @@ def slots_html(step: Step, before: Snapshot) -> str:
         if not check.num_lookahead_tokens and scheduled_end <= num_tokens:
             continue
         rows.append(
-            f'<div class="px-row" data-px-lookahead="{esc(check.request_id)}:{check.num_lookahead_tokens}">'
+            f'<div style="margin:0.35em 0" data-px-lookahead="{esc(check.request_id)}:{check.num_lookahead_tokens}">'
             f"<b>{esc(check.request_id, 24)}</b>: slots for {check.num_tokens_need_slot:,} positions = "
             f"{scheduled_end:,} scheduled + {check.num_lookahead_tokens} lookahead; only the {num_tokens:,} known tokens "
             f"can be hashed (the cache stops at num_tokens).{_bar(check, num_tokens)}</div>"
@@ -87,7 +89,7 @@ def _draft_boxes(d: DraftsVerified) -> str:
         ok = i < d.num_accepted and not d.placeholders
         style = "background:#8fd18f" if ok else "background:#f2a7a7;text-decoration:line-through"
         boxes.append(
-            f'<span class="px-chip" style="{style}" title="{"accepted" if ok else "rejected"}">{"-1" if d.placeholders else i + 1}</span>'
+            f'<span style="{_CHIP};{style}" title="{"accepted" if ok else "rejected"}">{"-1" if d.placeholders else i + 1}</span>'
         )
     return "".join(boxes)
 
@@ -102,7 +104,7 @@ def drafts_html(step: Step) -> str:
             else f"{d.num_drafts} drafts verified: {d.num_accepted} accepted, {d.num_rejected} rolled back"
         )
         rows.append(
-            f'<div class="px-row" data-px-drafts="{esc(d.request_id)}:{d.num_accepted}/{d.num_drafts}">'
+            f'<div style="margin:0.35em 0" data-px-drafts="{esc(d.request_id)}:{d.num_accepted}/{d.num_drafts}">'
             f"<b>{esc(d.request_id, 24)}</b>: {what}; num_computed_tokens is {d.num_computed_tokens:,}. "
             f"{_draft_boxes(d)}</div>"
         )
