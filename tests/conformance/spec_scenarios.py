@@ -3,7 +3,8 @@
 - ``random_spec_engine_steps(seed)``: the engine-step generator's scenario for ``seed``
   (engine_step_scenarios.random_raw_scenario) under the sync scheduler with drafts: a drawn
   method and ``num_speculative_tokens``, an ``accepted`` list per request, a pool one lookahead
-  larger, and a ``long_prefill_token_threshold`` vLLM does not assert on.
+  larger, a ``long_prefill_token_threshold`` vLLM does not assert on, and repeats of earlier
+  prompts that leave one token to compute (padded admissions).
 - ``random_spec_manager(seed)``: a manager-level scenario of arrivals, admissions (some
   chunked), decodes verifying drafts each followed by the `sample` of 1 to d + 1 tokens, plain
   samples, decodes and generates, finishes, preemptions and resets, replayed as it is drawn
@@ -42,7 +43,17 @@ def random_spec_engine_steps(seed: int) -> dict[str, Any]:
     eng["num_blocks"] += _cdiv(k + 1, eng["block_size"])
     if 0 < eng["long_prefill_token_threshold"] <= k:
         eng["long_prefill_token_threshold"] = 0
-    for step in raw["steps"]:
+    # Repeats of earlier prompts cut to a multiple of the block size plus one: once the original
+    # is cached, one token is left to compute, and the admission is padded (scheduler.py:1086-1108).
+    bs = eng["block_size"]
+    steps = raw["steps"]
+    for n, original in enumerate([st for st in steps if st["op"] == "arrive" and len(st["prompt"]) > bs]):
+        if rng.random() < 0.6:
+            cut = (len(original["prompt"]) - 1) // bs * bs + 1
+            at = steps.index(original) + rng.randint(2, 12)
+            copy_of = {"op": "arrive", "id": f"P{n}", "prompt": original["prompt"][:cut], "output": [7, 8, 9]}
+            steps[at:at] = [copy_of, {"op": "step"}, {"op": "step"}]
+    for step in steps:
         if step["op"] == "arrive":
             n = rng.randint(0, len(step["output"]))
             step["accepted"] = [rng.choice((0, k, rng.randint(0, k))) for _ in range(n)]
