@@ -16,7 +16,15 @@ from explorer.scenario.engine import replay
 from explorer.scenario.spec import Scenario
 from explorer.scenario.trace import Step, Trace
 
-KINDS: tuple[str, ...] = ("hit_length", "next_evicted", "free_queue", "hashed_this_step", "admission", "mistake")
+KINDS: tuple[str, ...] = (
+    "hit_length",
+    "next_evicted",
+    "free_queue",
+    "hashed_this_step",
+    "admission",
+    "mistake",
+    "eagle_hit",
+)
 
 KIND_LABELS: dict[str, str] = {
     "hit_length": "Predict the hit length",
@@ -25,6 +33,7 @@ KIND_LABELS: dict[str, str] = {
     "hashed_this_step": "Predict which blocks get hashed this step",
     "admission": "Predict whether admission succeeds",
     "mistake": "Spot the common mistake",
+    "eagle_hit": "Predict the hit with EAGLE on",
 }
 
 MAX_SEED = 999_999
