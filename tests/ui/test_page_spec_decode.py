@@ -9,7 +9,7 @@ import re
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario
 from explorer.viz.spec_decode_html import spec_decode_html
-from tests.ui.helpers import ROOT, all_html, errors, explorer, no_exception, step_to
+from tests.ui.helpers import ROOT, all_html, errors, explorer, no_exception, now_text, step_to
 
 LESSON = "17_speculative_decoding"
 
@@ -29,6 +29,8 @@ def test_every_step_of_the_lesson_draws_what_its_records_say():
         assert drafts == [f"{d.request_id}:{d.num_accepted}/{d.num_drafts}" for d in step.drafts], k
         shown = bool(step.eagle_dropped or step.drafts or any(a.num_lookahead_tokens and a.ok for a in step.admissions))
         assert ('data-px-panel="spec_decode"' in html) == shown, k
+        for d in step.drafts:
+            assert f"{d.num_accepted} accepted of the {d.num_drafts} drafts" in now_text(at), k
     # The steps the lesson's notes talk about.
     assert [k for k, s in enumerate(trace.steps, 1) if s.eagle_dropped] == [5, 7]
     assert [(k, s.drafts[0].num_rejected) for k, s in enumerate(trace.steps, 1) if s.drafts] == [(10, 1), (12, 3)]
