@@ -7,7 +7,7 @@ import streamlit as st
 
 from explorer.errors import BadInput
 from explorer.scenario.trace import Trace
-from explorer.ui import bound, engine_step_panels
+from explorer.ui import bound, engine_step_panels, spec_decode_panel
 from explorer.ui.engine_step_panels import draws_step
 from explorer.ui.explain import engine_step
 from explorer.ui.explain import step as explain
@@ -100,6 +100,7 @@ def _note_and_checks(step) -> tuple[str, tuple[str, ...]]:
 
 
 def phase_panels(trace: Trace, k: int, changed: set[int], selected: int | None) -> None:
+    spec_decode_panel.draw(trace, k)
     if draws_step(trace, k):
         engine_step_panels.phase_panels(trace, k, changed, selected)
         return

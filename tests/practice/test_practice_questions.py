@@ -23,6 +23,7 @@ def test_every_kind_generates_and_its_answer_is_the_replay(kind):
         truth = {
             "hit_length": step.hit_tokens,
             "mistake": step.hit_tokens,
+            "eagle_hit": step.hit_tokens,
             "next_evicted": step.evicted[0][0] if step.evicted else None,
             "free_queue": list(step.snapshot.free_queue),
             "hashed_this_step": [c.block_id for c in step.cached],
@@ -183,3 +184,18 @@ def test_a_later_chunk_is_shown_as_continue_not_admit():
             seen += 1
             assert "no lookup" in q.asked
     assert seen > 0, "no practice scenario continued a chunk: the check would be vacuous"
+
+
+def test_the_eagle_hit_is_the_walk_less_its_last_block():
+    drops = 0
+    for seed in range(30):
+        q = generate(seed, "eagle_hit")
+        step = q.asked_step()
+        matched = sum(1 for p in step.lookup.probes if p[1])
+        bs = q.scenario.engine.block_size
+        assert q.answer == max(matched - 1, 0) * bs, seed
+        assert q.scenario.speculative is not None and q.lesson == "17_speculative_decoding"
+        if matched:
+            drops += 1
+            assert any("EAGLE drops the last" in line for line in q.explanation)
+    assert drops >= 15

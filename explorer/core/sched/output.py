@@ -46,6 +46,8 @@ class SchedulerOutput:
     # Not vLLM's either: every connector allocation of this schedule() (update_state_after_alloc
     # with its num_external_tokens, 0 for the admission after a load), in order.
     external: dict[str, int] = field(default_factory=dict)
+    # req_id -> the drafts scheduled with it (placeholders -1 for a padded admission).
+    scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass
