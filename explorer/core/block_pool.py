@@ -31,6 +31,7 @@ from explorer.core.kv_cache_utils import (
     FreeKVCacheBlockQueue,
     KVCacheBlock,
     generate_block_hash_extra_keys,
+    resolve_block_hashes,
     to_event_extra_keys,
 )
 
@@ -105,6 +106,7 @@ class BlockPool:
         enable_kv_cache_events: bool = False,
         use_int_block_hashes: bool = True,
         observer: KVCacheObserver | None = None,
+        hash_block_size: int | None = None,
     ) -> None:
         if not isinstance(num_gpu_blocks, int) or num_gpu_blocks < 2:
             raise ConfigError(f"num_blocks must be an integer >= 2 (block 0 is the null block), got {num_gpu_blocks!r}")
@@ -122,6 +124,8 @@ class BlockPool:
         self.null_block.is_null = True
         self.kv_event_queue: list[KVCacheEvent] = []
         self.observer = observer
+        # The block size the request hasher hashes at; a group with larger blocks reads a view.
+        self.hash_block_size = hash_block_size
 
     # ---- lookup ----------------------------------------------------------------------------
 
@@ -145,11 +149,17 @@ class BlockPool:
         num_full_blocks: int,
         block_size: int,
         kv_cache_group_id: int,
+        block_mask: Sequence[bool] | None = None,
     ) -> None:
         """Give ``blocks[num_cached_blocks:num_full_blocks]`` their hashes and queue one
-        BlockStored for all of them (block_pool.py:226-344)."""
+        BlockStored for all of them (block_pool.py:226-344). Null blocks, and blocks whose
+        ``block_mask`` entry is False (a window group's retention), get no hash; the event's
+        ``token_ids`` still cover the whole range."""
         if num_cached_blocks >= num_full_blocks:
             return
+        hashes: Sequence[BlockHash] = request.block_hashes
+        if self.hash_block_size is not None and self.hash_block_size != block_size:
+            hashes = resolve_block_hashes(hashes, self.hash_block_size, block_size)
         use_int = self.use_int_block_hashes
         observer = self.observer
         new_hashes: list[bytes | int] = []
@@ -159,9 +169,9 @@ class BlockPool:
         group_suffix = make_block_hash_with_group_id(BlockHash(b""), kv_cache_group_id)
         for i in range(num_cached_blocks, num_full_blocks):
             blk = blocks[i]
-            if blk.is_null:
+            if blk.is_null or (block_mask is not None and not block_mask[i - num_cached_blocks]):
                 continue
-            block_hash = request.block_hashes[i]
+            block_hash = hashes[i]
             key = BlockHashWithGroupId(block_hash + group_suffix)
             # A block that already holds this key (a hit) is left alone.
             if blk._block_hash != key:
@@ -176,11 +186,7 @@ class BlockPool:
                 extra_keys.append(generate_block_hash_extra_keys(request, start, start + block_size))
         if not self.enable_kv_cache_events:
             return
-        parent = (
-            None
-            if num_cached_blocks == 0
-            else maybe_convert_block_hash(request.block_hashes[num_cached_blocks - 1], use_int)
-        )
+        parent = None if num_cached_blocks == 0 else maybe_convert_block_hash(hashes[num_cached_blocks - 1], use_int)
         lora = request.lora_request
         self.kv_event_queue.append(
             BlockStored(

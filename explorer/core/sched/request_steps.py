@@ -49,10 +49,12 @@ class RequestSteps:
 
     def lookup(self, request: Request) -> tuple[KVCacheBlocks | None, int]:
         """The local hit of a request that computes from token 0 (empty when it may not read
-        the cache); none for a later chunk, which only continues."""
+        the cache); none for a later chunk, which only continues. The request keeps the
+        lookup's ``shared_prefix_boundary``, as the scheduler stores it (scheduler.py:930-937)."""
         if request.num_computed_tokens > 0:
             return None, 0
-        return self.kv_cache_manager.get_computed_blocks(request)
+        blocks, hit, request.shared_prefix_boundary = self.kv_cache_manager.get_computed_blocks(request)
+        return blocks, hit
 
     def allocate(
         self,
