@@ -119,6 +119,8 @@ class BlockPool:
         self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
         self.cached_block_hash_to_block = BlockHashToBlockMap()
+        # A block's keys beyond its own hash: partial tail entries (block_pool.py:449-566).
+        self.cached_block_hashes_by_block: dict[int, dict[BlockHashWithGroupId, None]] = {}
         # Block 0 is a placeholder for skipped slots; its ref_cnt is not maintained.
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
@@ -173,9 +175,12 @@ class BlockPool:
                 continue
             block_hash = hashes[i]
             key = BlockHashWithGroupId(block_hash + group_suffix)
-            # A block that already holds this key (a hit) is left alone.
+            # A block that already holds this key (a hit) is left alone; one holding only a
+            # partial tail entry is promoted: its old keys go (block_pool.py:291-302).
             if blk._block_hash != key:
-                blk.set_block_hash(key)
+                if blk._block_hash is not None:
+                    self._emit_removed(self._remove_cached_block_hashes(blk))
+                blk.set_block_hash(key, (i + 1) * block_size)
                 self.cached_block_hash_to_block.insert(key, blk)
             if observer is not None:
                 same = self.cached_block_hash_to_block.get_all_blocks(key)
@@ -202,6 +207,69 @@ class BlockPool:
             )
         )
 
+    def cache_partial_block(
+        self, request: Request, block: KVCacheBlock, num_tokens: int, kv_cache_group_id: int
+    ) -> None:
+        """Register the prefix hash at ``num_tokens`` (a hash-block boundary inside ``block``)
+        as a partial entry of ``block`` (block_pool.py:449-566): a full-attention group whose
+        blocks are larger than the hash block caches the prompt's tail this way. The key is
+        the block's own hash if it has none, else one more key of it; one BlockStored of one
+        hash block."""
+        if block.is_null:
+            return
+        hbs = self.hash_block_size or 1
+        n = num_tokens // hbs
+        digest = request.block_hashes[n - 1]
+        key = make_block_hash_with_group_id(digest, kv_cache_group_id)
+        extra = self.cached_block_hashes_by_block.get(block.block_id, {})
+        already = block._block_hash == key or key in extra
+        if not already and block._block_hash is not None and (block.block_hash_num_tokens or 0) < n * hbs:
+            self._emit_removed(self._remove_cached_block_hashes(block))
+        if block._block_hash is None:
+            block.set_block_hash(key, n * hbs)
+            self.cached_block_hash_to_block.insert(key, block)
+        elif not already:
+            self.cached_block_hashes_by_block.setdefault(block.block_id, {})[key] = None
+            self.cached_block_hash_to_block.insert(key, block)
+        if self.enable_kv_cache_events and not already:
+            use_int = self.use_int_block_hashes
+            start = (n - 1) * hbs
+            parent = maybe_convert_block_hash(request.block_hashes[n - 2], use_int) if n > 1 else None
+            lora = request.lora_request
+            self.kv_event_queue.append(
+                BlockStored(
+                    block_hashes=[maybe_convert_block_hash(digest, use_int)],
+                    parent_block_hash=parent,
+                    token_ids=request.all_token_ids[start : n * hbs],
+                    block_size=hbs,
+                    lora_id=lora.adapter_id if lora else None,
+                    medium=self.medium,
+                    lora_name=lora.name if lora else None,
+                    extra_keys=to_event_extra_keys([generate_block_hash_extra_keys(request, start, n * hbs)]),
+                    group_idx=kv_cache_group_id,
+                )
+            )
+
+    def _remove_cached_block_hashes(self, block: KVCacheBlock) -> list[BlockHashWithGroupId]:
+        """Every key of the block out of the map (its own first), and its hash dropped."""
+        keys = [] if block._block_hash is None else [block._block_hash]
+        keys.extend(self.cached_block_hashes_by_block.pop(block.block_id, {}))
+        removed = [k for k in keys if self.cached_block_hash_to_block.pop(k, block.block_id) is not None]
+        block.reset_hash()
+        return removed
+
+    def _emit_removed(self, keys: Sequence[BlockHashWithGroupId]) -> None:
+        if not self.enable_kv_cache_events:
+            return
+        for key in keys:
+            self.kv_event_queue.append(
+                BlockRemoved(
+                    block_hashes=[maybe_convert_block_hash(get_block_hash(key), self.use_int_block_hashes)],
+                    medium=self.medium,
+                    group_idx=get_group_id(key),
+                )
+            )
+
     # ---- allocation and eviction -----------------------------------------------------------
 
     def get_new_blocks(self, num_blocks: int) -> list[KVCacheBlock]:
@@ -221,21 +289,10 @@ class BlockPool:
         return ret
 
     def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
-        """Drop the block's hash from the map (one copy of a duplicate) and announce it."""
-        key = block.block_hash
-        if key is None:
-            return False
-        removed = self.cached_block_hash_to_block.pop(key, block.block_id) is not None
-        block.reset_hash()
-        if removed and self.enable_kv_cache_events:
-            self.kv_event_queue.append(
-                BlockRemoved(
-                    block_hashes=[maybe_convert_block_hash(get_block_hash(key), self.use_int_block_hashes)],
-                    medium=self.medium,
-                    group_idx=get_group_id(key),
-                )
-            )
-        return removed
+        """Drop the block's keys from the map (one copy of a duplicate) and announce each."""
+        removed = self._remove_cached_block_hashes(block)
+        self._emit_removed(removed)
+        return bool(removed)
 
     def touch(self, blocks: Sequence[KVCacheBlock]) -> None:
         """A cache hit: a free block leaves the queue, and every block gets ref_cnt + 1."""
@@ -282,6 +339,7 @@ class BlockPool:
         if self.num_gpu_blocks - self.get_num_free_blocks() != 1:
             return False
         self.cached_block_hash_to_block = BlockHashToBlockMap()
+        self.cached_block_hashes_by_block.clear()
         for block in self.blocks:
             block.reset_hash()
         if self.enable_kv_cache_events:

@@ -33,18 +33,22 @@ class KVCacheBlock:
     next_free_block: KVCacheBlock | None = None
     # Block 0: a placeholder that is never handed out or cached.
     is_null: bool = False
+    # The prefix length the hash stands for (a partial tail entry's is inside the block).
+    block_hash_num_tokens: int | None = None
 
     @property
     def block_hash(self) -> BlockHashWithGroupId | None:
         return self._block_hash
 
-    def set_block_hash(self, block_hash: BlockHashWithGroupId) -> None:
+    def set_block_hash(self, block_hash: BlockHashWithGroupId, num_tokens: int | None = None) -> None:
         assert self._block_hash is None, "The block already has a hash."
         self._block_hash = block_hash
+        self.block_hash_num_tokens = num_tokens
 
     def reset_hash(self) -> None:
         """Drop the hash when the block is evicted or the cache is reset."""
         self._block_hash = None
+        self.block_hash_num_tokens = None
 
     def __repr__(self) -> str:
         h = self._block_hash.hex()[:8] if self._block_hash else None

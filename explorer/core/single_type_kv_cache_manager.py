@@ -277,3 +277,24 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         hit_length -= hit_length % align
         found = found[: cdiv(hit_length, self.block_size)]
         return tuple([f[j] for f in found] for j in range(len(group_ids))), hit_length
+
+    def cache_blocks(
+        self,
+        request: Request,
+        num_tokens: int,
+        retention_interval: int | None = None,
+        replay_boundaries: Sequence[int] = (),
+    ) -> None:
+        """Full blocks, then, when the blocks are larger than the hash block, the prompt's tail
+        as a partial entry of the block it ends in (single_type:845-891)."""
+        super().cache_blocks(request, num_tokens, retention_interval, replay_boundaries)
+        hbs = self.block_pool.hash_block_size
+        if hbs is None or hbs == self.block_size:
+            return
+        boundary = request.num_prompt_tokens // hbs * hbs
+        if boundary == 0 or boundary > num_tokens or boundary % self.block_size == 0:
+            return
+        blocks = self.req_to_blocks[request.request_id]
+        index = boundary // self.block_size
+        if index < len(blocks):
+            self.block_pool.cache_partial_block(request, blocks[index], boundary, self.kv_cache_group_id)

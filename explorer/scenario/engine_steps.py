@@ -21,7 +21,15 @@ from explorer.core.request import LoRARequest, Request
 from explorer.core.sched.config import SchedulerConfig
 from explorer.core.sched.engine_core import EngineStep, make_engine_core
 from explorer.core.sched.output import KVEventCollector
-from explorer.scenario.recorder import GROUP_0, StepError, StepRecorder, block_hasher, hashed_since, new_manager
+from explorer.scenario.recorder import (
+    GROUP_0,
+    StepError,
+    StepRecorder,
+    block_hasher,
+    hashed_since,
+    new_manager,
+    step_fields,
+)
 from explorer.scenario.snapshot import Snapshots
 from explorer.scenario.spec import Op, Scenario
 from explorer.scenario.trace import EngineStepRecord, Scheduled, Snapshot, Step, Trace, with_expectations
@@ -52,17 +60,18 @@ class EngineStepReplay:
         assert scenario.sched is not None, "not an engine-step scenario"
         self.scenario = scenario
         self.record = record
-        cfg = scenario.engine
-        self.ctx, self.hasher = block_hasher(cfg, hash_seed)
-        self.recorder = SchedRecorder(cfg.block_size) if record else None
-        self.manager = new_manager(cfg, self.recorder)
-        s = scenario.sched
+        cfg, groups, s = scenario.engine, scenario.groups, scenario.sched
+        self.ctx, self.hasher = block_hasher(cfg, hash_seed, scenario.hash_block_size)
+        self.recorder = SchedRecorder(groups.groups[0].block_size if groups else cfg.block_size) if record else None
+        # vLLM's max_in_flight_tokens: one budget per concurrent batch (2 with async scheduling)
+        in_flight = (2 if s.scheduler == "async" else 1) * s.max_num_batched_tokens
+        self.manager = new_manager(cfg, self.recorder, groups, in_flight)
         config = SchedulerConfig(
             s.max_num_batched_tokens, s.max_num_seqs, s.long_prefill_token_threshold, s.scheduler == "async"
         )
         self.publisher = KVEventCollector()
         self.engine_core = make_engine_core(self.manager, config, self.publisher)
-        self._snapshots = Snapshots(self.manager, GROUP_0)
+        self._snapshots = Snapshots(self.manager, GROUP_0, groups is not None)
         self.scheduler = self.engine_core.scheduler
         self.arrived: set[str] = set()
         self.totals = PrefixCacheStats()  # summed over the SchedulerStats of every update
@@ -85,6 +94,7 @@ class EngineStepReplay:
             hashed=out.get("hashed", ()),
             preempted=tuple(out.get("preempted", ())),
             engine_step=out.get("engine_step"),
+            hybrid=out.get("hybrid"),
             **(self.recorder.records() if self.recorder is not None else {}),
         )
         return with_expectations(step)
@@ -107,7 +117,7 @@ class EngineStepReplay:
         self.engine_core.add_request(req, op.output)
         self.arrived.add(op.id)
         if self.record:
-            out["hashed"] = hashed_since(req, 0, self.scenario.engine.block_size)
+            out["hashed"] = hashed_since(req, 0, self.scenario.hash_block_size)
 
     def _op_step(self, op: Op, out: dict[str, Any]) -> None:
         num_batches = len(self.publisher.batches)
@@ -122,6 +132,8 @@ class EngineStepReplay:
             self.window.observe(stats)
             step_stats = stats.as_dict()
         rec = self.recorder
+        if self.scenario.groups is not None:
+            out["hybrid"] = step_fields(self.manager, self.scheduler.request_steps)
         out["preempted"] = () if scheduled is None else tuple(scheduled.preempted_reqs)
         out["engine_step"] = EngineStepRecord(
             scheduled={} if scheduled is None else dict(scheduled.num_scheduled_tokens),

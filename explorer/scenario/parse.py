@@ -21,6 +21,7 @@ from typing import Any
 from explorer.core.hashing import HASH_ALGOS
 from explorer.errors import BadInput, read_user_file
 from explorer.scenario.budget import SizeBudget
+from explorer.scenario.parse_groups import GROUP_KEYS, check_group_expects, hashing_engine, parse_groups
 from explorer.scenario.spec import (
     CLI_LIMITS,
     ENGINE_DEFAULTS,
@@ -41,8 +42,6 @@ from explorer.scenario.spec import (
 from explorer.scenario.step_spec import SCHED_DEFAULTS, is_engine_step_scenario, kind_error, parse_sched
 from explorer.tokens import parse_token_list, spec_length
 from explorer.toml_read import loads_toml
-
-# ---- parsing ----------------------------------------------------------------------------------
 
 
 class _Ctx:
@@ -95,9 +94,9 @@ def _engine(ctx: _Ctx, raw: Any, limits: Limits) -> EngineConfig:
         raw = {}
     if not isinstance(raw, Mapping):
         raise ctx.fail("engine", "expected a table")
-    unknown = set(raw) - set(ENGINE_DEFAULTS) - set(SCHED_DEFAULTS)
+    unknown = set(raw) - set(ENGINE_DEFAULTS) - set(SCHED_DEFAULTS) - set(GROUP_KEYS)
     if unknown:
-        known = ", ".join([*ENGINE_DEFAULTS, *SCHED_DEFAULTS])
+        known = ", ".join([*ENGINE_DEFAULTS, *SCHED_DEFAULTS, *GROUP_KEYS])
         raise ctx.fail("engine", f"unknown key {sorted(unknown)[0]!r} (known: {known})")
     v = {**ENGINE_DEFAULTS, **raw}
     block_size = _int(ctx, "engine.block_size", v["block_size"], 1, MAX_BLOCK_SIZE)
@@ -350,9 +349,11 @@ def parse_scenario_dict(data: Mapping[str, Any], source: str = "<scenario>", lim
         raise ctx.fail("steps", f"{len(steps):,} steps, more than the limit {limits.max_steps:,}")
     engine_steps = is_engine_step_scenario(steps)
     sched = parse_sched(ctx.fail, data.get("engine"), engine_steps, engine.max_model_len)
-    parser = StepParser(source, engine, limits, engine_steps)
+    groups = parse_groups(ctx.fail, data.get("engine"), engine.block_size, MAX_BLOCK_SIZE)
+    parser = StepParser(source, hashing_engine(engine, groups), limits, engine_steps)
     ops = tuple(parser.parse(i, s) for i, s in enumerate(steps))
-    return Scenario(title, engine, ops, source, description, tuple(dict(s) for s in steps), sched)
+    check_group_expects(ctx.fail, ops, groups)
+    return Scenario(title, engine, ops, source, description, tuple(dict(s) for s in steps), sched, groups)
 
 
 def parse_scenario_text(text: str, source: str = "<scenario>", limits: Limits = CLI_LIMITS) -> Scenario:

@@ -84,11 +84,16 @@ def check_invariants(manager: KVCacheManager, requests: Iterable[Request] = ()) 
 
     # Hash map <-> block hashes.
     in_map: dict[int, bytes] = {}
+    extra = pool.cached_block_hashes_by_block  # partial tail entries: more keys of a hashed block
+    for bid, keys in extra.items():
+        assert keys and blocks[bid].block_hash is not None, f"block {bid} has extra keys but no hash"
     for key, entry in pool.cached_block_hash_to_block.items():
         assert entry, f"empty map entry for {key.hex()[:16]}"
         for b in entry:
             assert b is blocks[b.block_id], f"map holds a foreign block object {b!r}"
             assert not b.is_null, "the null block is in the hash map"
+            if key in extra.get(b.block_id, ()):
+                continue
             assert b.block_hash == key, (
                 f"map key {key.hex()[:16]} holds block {b.block_id} whose hash is "
                 f"{b.block_hash.hex()[:16] if b.block_hash else None}"

@@ -46,6 +46,8 @@ class RequestSteps:
         self.kv_cache_manager = kv_cache_manager
         # Requests in the order they became running (a later chunk does not move one).
         self.running: list[Request] = []
+        # With hybrid groups: (request id, new block ids per group or None) per allocate().
+        self.admissions: list[tuple[str, tuple[list[int], ...] | None]] = []
 
     def lookup(self, request: Request) -> tuple[KVCacheBlocks | None, int]:
         """The local hit of a request that computes from token 0 (empty when it may not read
@@ -74,7 +76,15 @@ class RequestSteps:
         )
         if new_blocks is not None and did_lookup:
             mgr.record_prefix_cache_stats(request, num_new_computed_tokens)
+        if mgr.hybrid:
+            self.admissions.append((request.request_id, None if new_blocks is None else new_blocks.get_block_ids()))
         return new_blocks
+
+    def take_admissions(self) -> list[tuple[str, tuple[list[int], ...] | None]]:
+        """The admissions allocated since the last call (hybrid groups only): each request's
+        new block ids per group, None where allocate_slots found no room."""
+        out, self.admissions = self.admissions, []
+        return out
 
     def admit(self, request: Request, max_new_tokens: int | None = None) -> Admitted:
         """Lookup (first chunk only) and allocate_slots for the rest of the prompt, or for at
