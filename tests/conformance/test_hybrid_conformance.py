@@ -4,6 +4,9 @@ KVCacheManager (spec part 2 rule 70's recipe, in ``vllm_driver.py``).
 - Rules 64 and 74 (hybrid) cannot be written as scenarios (rule 64 evicts hashes by hand and
   records every call of the fixed point; rule 74 needs EAGLE's use_eagle): the driver runs them
   with vLLM's classes and our core runs the same, and the answers must be equal.
+- Engine steps: the goldens tests/scenario/golden/engine_steps/hybrid_*.toml run in
+  test_engine_steps_conformance.py; random hybrid engine-step scenarios (both schedulers) run
+  here through vLLM's real Scheduler with a hybrid KVCacheConfig (vllm_sched_driver.py).
 - Random hybrid scenarios (randgen's "hybrid" profile: full attention and windows in either
   order, two windows, two groups of one spec, one group, group block sizes, every retention
   form, an explicit hash block size) are replayed by both, field by field. The goldens
@@ -12,6 +15,7 @@ KVCacheManager (spec part 2 rule 70's recipe, in ``vllm_driver.py``).
 
 from __future__ import annotations
 
+import copy
 import threading
 
 import pytest
@@ -25,6 +29,7 @@ from explorer.core.sched.request_steps import RequestSteps
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import parse_scenario_dict
 from explorer.scenario.randgen import random_scenario
+from tests.conformance.engine_step_scenarios import random_raw_scenario
 from tests.conformance.oracle import compare
 from tests.conformance.test_conformance import _report, _vllm_seed
 
@@ -152,3 +157,50 @@ def test_random_hybrid_scenarios_cover_the_features(hybrid_results):
         if len(ours["final"]["cached_by_group"]) == 1:
             seen["windows_only"] += 1
     assert all(n >= 5 for n in seen.values()), seen
+
+
+# ---- engine steps: vLLM's Scheduler with a hybrid KVCacheConfig ---------------------------------
+
+ENGINE_STEP_SEEDS = range(150)
+
+
+def _both_schedulers_hybrid(seed: int) -> list[dict]:
+    raw = random_raw_scenario(seed, hybrid=True)
+    other = copy.deepcopy(raw)
+    other["engine"]["scheduler"] = "sync" if raw["engine"]["scheduler"] == "async" else "async"
+    return [raw, other]
+
+
+@pytest.fixture(scope="module")
+def hybrid_step_results(vllm_sched_oracle):
+    scenarios = [
+        parse_scenario_dict(raw, f"random hybrid engine steps seed {seed} ({raw['engine']['scheduler']})")
+        for seed in ENGINE_STEP_SEEDS
+        for raw in _both_schedulers_hybrid(seed)
+    ]
+    answers = vllm_sched_oracle.replay_many(sc.normalized(sc.engine.hash_seed or None) for sc in scenarios)
+    return [(sc, replay(sc, record=False).to_json(), theirs) for sc, theirs in zip(scenarios, answers, strict=True)]
+
+
+def test_random_hybrid_engine_step_scenarios_match_vllm(hybrid_step_results):
+    differing = {}
+    for sc, ours, theirs in hybrid_step_results:
+        assert "error" not in theirs, (sc.source, theirs)
+        diffs = compare(ours, theirs)
+        if diffs:
+            differing[sc.source] = diffs[:5]
+    assert differing == {}, f"{len(differing)} of {len(hybrid_step_results)} scenarios differ: {differing}"
+
+
+def test_random_hybrid_engine_steps_exercise_the_groups(hybrid_step_results):
+    seen = {"diverge": 0, "spb": 0, "preempted": 0, "admit_failed": 0, "sync": 0, "async": 0}
+    for sc, ours, _ in hybrid_step_results:
+        seen[sc.sched.scheduler] += 1
+        for step in ours["steps"]:
+            if step["op"] != "step":
+                continue
+            seen["diverge"] += sum(len(set(g)) > 1 for g in step["group_hit_tokens"].values())
+            seen["spb"] += sum(v > 0 for v in step["shared_prefix_boundary"].values())
+            seen["preempted"] += len(step["preempted"])
+            seen["admit_failed"] += sum(not any(g) for g in step["new_block_ids_by_group"].values())
+    assert all(n >= 10 for n in seen.values()), seen

@@ -35,7 +35,6 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 os.environ.pop("PYTHONHASHSEED", None)
 
 import msgspec  # noqa: E402
-import torch  # noqa: E402
 import vllm.envs as vllm_envs  # noqa: E402
 import vllm.v1.core.kv_cache_utils as kcu  # noqa: E402
 from vllm.lora.request import LoRARequest  # noqa: E402
@@ -51,12 +50,9 @@ from vllm.v1.core.kv_cache_utils import (  # noqa: E402
     get_request_block_hasher,
     init_none_hash,
 )
-from vllm.v1.kv_cache_interface import (  # noqa: E402
-    FullAttentionSpec,
-    KVCacheConfig,
-    KVCacheGroupSpec,
-)
+from vllm.v1.kv_cache_interface import KVCacheConfig  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
+from vllm_groups import kv_cache_groups  # noqa: E402  (beside this file)
 
 
 class ScenarioError(Exception):
@@ -401,28 +397,6 @@ class Replay:
             "hash_seed": self.hash_seed,
             **({"cached_by_group": by_group} if self.hybrid else {}),
         }
-
-
-def kv_cache_groups(eng: dict) -> tuple[list, int, int, int | None]:
-    """The KVCacheGroupSpecs of a normalized engine (one full-attention group without
-    ``kv_cache_groups``), the hash and scheduler block sizes, and the retention interval."""
-    import math
-
-    from vllm.v1.kv_cache_interface import SlidingWindowSpec
-
-    bs = int(eng["block_size"])
-    raw = eng.get("kv_cache_groups") or [{"kind": "full_attention", "block_size": bs, "sliding_window": None}]
-    groups = []
-    for i, g in enumerate(raw):
-        common = {"block_size": int(g["block_size"]), "num_kv_heads": 1, "head_size": 1, "dtype": torch.float32}
-        if g["kind"] == "sliding_window":
-            spec = SlidingWindowSpec(**common, sliding_window=int(g["sliding_window"]))
-        else:
-            spec = FullAttentionSpec(**common)
-        groups.append(KVCacheGroupSpec([f"{g['kind']}.{i}"], spec))
-    sizes = [int(g["block_size"]) for g in raw]
-    hash_bs = int(eng.get("hash_block_size") or math.gcd(*sizes)) if len(sizes) > 1 else sizes[0]
-    return groups, hash_bs, math.lcm(*sizes), eng.get("prefix_cache_retention_interval", 0)
 
 
 def hybrid_vectors() -> dict:
