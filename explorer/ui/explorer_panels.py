@@ -8,7 +8,7 @@ import json
 import streamlit as st
 
 from explorer.scenario.trace import Trace
-from explorer.ui import bound, engine_step_panels
+from explorer.ui import bound, engine_step_panels, groups_panel
 from explorer.ui.engine_step_panels import draws_step
 from explorer.ui.explain import engine_step
 from explorer.ui.explain import step as explain
@@ -101,6 +101,7 @@ def _short(v: object) -> str:
 def phase_panels(trace: Trace, k: int, changed: set[int], selected: int | None) -> None:
     if draws_step(trace, k):
         engine_step_panels.phase_panels(trace, k, changed, selected)
+        groups_panel.step_panel(trace, k)
         return
     panels = explain.panels(trace, k)
     st.html(phase_strip_html({p.key: p.summary for p in panels}, PANEL_TITLES))
@@ -143,6 +144,7 @@ def phase_panels(trace: Trace, k: int, changed: set[int], selected: int | None) 
                 body = eviction_html(step, before, after, changed, selected, ints)
             if body:
                 st.html(body)
+    groups_panel.step_panel(trace, k)
 
 
 def _snippets(step) -> dict[int, str]:
@@ -219,6 +221,7 @@ def state_views(trace: Trace, k: int, changed: set[int], selected: int | None) -
     )
     st.html(free_queue_html(snap, changed, selected))
 
+    groups_panel.state_panel(trace, k)
     c1, c2 = st.columns([3, 2])
     with c1:
         st.subheader("Requests and their block tables", anchor="requests")
