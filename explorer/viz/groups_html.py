@@ -83,7 +83,7 @@ def retention_reason(r: Retention) -> str:
     if r.retention_interval == 0:
         return (
             "retention 0 (the engine default): only the window tails ending at the replay boundary "
-            f"and the shared-prefix boundary (tokens {where}) get a hash"
+            f"and the shared-prefix boundary (tokens {where}, each floored to a block boundary) get a hash"
         )
     return (
         f"retention {r.retention_interval:,}: one window tail per {r.retention_interval:,}-token segment, "
