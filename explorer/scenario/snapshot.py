@@ -32,6 +32,7 @@ class Snapshots:
         # with hybrid groups: every group's block table per request and cached hashes per group
         self.hybrid = hybrid
         self._cached_by_group: tuple[tuple[int, bytes, tuple[int, ...]], ...] = ()
+        self._group_entries: dict[Any, tuple[int, bytes, tuple[int, ...]]] = {}
         # per block, filled on the first take (an engine that never snapshots pays nothing):
         self._seen_hash: list[Any] = []  # the hash object last seen
         self._seen_rc: list[int] = []
@@ -84,6 +85,7 @@ class Snapshots:
         old, new = self._cached_entries, {}
         out = []
         by_group = []
+        new_groups: dict[Any, tuple[int, bytes, tuple[int, ...]]] = {}
         for key, blocks in items:
             ids = tuple(b.block_id for b in blocks)
             entry = old.get(key)
@@ -92,11 +94,16 @@ class Snapshots:
             new[key] = entry
             if self.hybrid:
                 gid = int.from_bytes(key[-4:], "big")
-                by_group.append((gid, *entry))
+                g_entry = self._group_entries.get(key)
+                if g_entry is None or g_entry[1] is not entry[0] or g_entry[2] is not entry[1]:
+                    g_entry = (gid, entry[0], entry[1])
+                new_groups[key] = g_entry
+                by_group.append(g_entry)
                 if gid != self.group:
                     continue  # `cached` is group 0's (design section 8)
             out.append(entry)
         self._cached_entries = new
+        self._group_entries = new_groups
         if self.hybrid:
             self._cached_by_group = _same_or_new(self._cached_by_group, by_group)
         self._cached = _same_or_new(self._cached, out)

@@ -179,3 +179,11 @@ def test_text_output_names_each_groups_hit(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     line = next(ln for ln in proc.stdout.splitlines() if "admit C" in ln)
     assert "groups hit [128, 96]" in line and "shared prefix 128" in line
+
+
+def test_snapshots_share_the_group_views_that_did_not_change() -> None:
+    sc = parse_scenario_text(scenario(FA_SWA, ARRIVE, ADMIT, 'op = "arrive"\nid = "B"\nprompt = "5000:5010"'))
+    trace = replay(sc)
+    before, after = trace.snapshot_at(2), trace.snapshot_at(3)  # B's arrival changes no block
+    assert after.cached_by_group is before.cached_by_group
+    assert after.request("A").block_ids_by_group is before.request("A").block_ids_by_group
