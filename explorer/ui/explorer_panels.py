@@ -7,7 +7,7 @@ import streamlit as st
 
 from explorer.errors import BadInput
 from explorer.scenario.trace import Trace
-from explorer.ui import bound, engine_step_panels, spec_decode_panel
+from explorer.ui import bound, engine_step_panels, groups_panel, spec_decode_panel
 from explorer.ui.engine_step_panels import draws_step
 from explorer.ui.explain import engine_step
 from explorer.ui.explain import step as explain
@@ -103,6 +103,7 @@ def phase_panels(trace: Trace, k: int, changed: set[int], selected: int | None) 
     spec_decode_panel.draw(trace, k)
     if draws_step(trace, k):
         engine_step_panels.phase_panels(trace, k, changed, selected)
+        groups_panel.step_panel(trace, k)
         return
     panels = explain.panels(trace, k)
     st.html(phase_strip_html({p.key: p.summary for p in panels}, PANEL_TITLES))
@@ -145,6 +146,7 @@ def phase_panels(trace: Trace, k: int, changed: set[int], selected: int | None) 
                 body = eviction_html(step, before, after, changed, selected, ints)
             if body:
                 st.html(body)
+    groups_panel.step_panel(trace, k)
 
 
 def _snippets(step) -> dict[int, str]:
@@ -221,6 +223,7 @@ def state_views(trace: Trace, k: int, changed: set[int], selected: int | None) -
     )
     st.html(free_queue_html(snap, changed, selected))
 
+    groups_panel.state_panel(trace, k)
     c1, c2 = st.columns([3, 2])
     with c1:
         st.subheader("Requests and their block tables", anchor="requests")
