@@ -423,11 +423,15 @@ def test_edits_that_do_not_replay_from_a_link_stop_the_replay_there():
 def test_presenter_mode_hides_the_sidebar_and_enlarges():
     at = explorer(query={"presenter": "1", "step": "6"})
     style = next(h.value for h in at.html if h.value.startswith("<style>"))
-    assert 'section[data-testid="stSidebar"]' in style and "font-size: 24px" in style
+    assert 'section[data-testid="stSidebar"]' in style and "html { font-size: clamp(" in style
+    assert at.button(key="px_b_leave_presenter").label == "Full page"  # in the control bar
+    html = all_html(at)
+    for box in ("metrics", "changed", "free"):
+        assert f'data-px-pres="{box}"' in html
     at.button(key="px_b_leave_presenter").click().run()
     assert not view(at).presenter
     style = next(h.value for h in at.html if h.value.startswith("<style>"))
-    assert "stSidebar" not in style
+    assert "stSidebar" not in style and 'data-px-pres="metrics"' not in all_html(at)
 
 
 def test_edge_cases_scenario_renders_every_step():
