@@ -167,7 +167,7 @@ def bench_switch(browser, url: str, runs: int) -> dict[str, list[float]]:
     _wait(page, ".px-now")
     page.get_by_test_id("stSidebarNav").get_by_role("link", name="Trace replay", exact=True).click()
     page.wait_for_url("**/replay**")
-    _wait(page, "h1:has-text('Replay a trace')")
+    _wait(page, "h2:has-text('Replay a trace')")
     page.get_by_role("button", name="Run replay").click()
     _wait(page, ".st-key-replay_fig_size")
     out: dict[str, list[float]] = {label: [] for label, _, _ in PAGES}
@@ -204,7 +204,16 @@ def main() -> int:
     which = {w.strip() for w in args.only.split(",") if w.strip()}
     from playwright.sync_api import sync_playwright
 
-    rows: list[str] = []
+    load = os.getloadavg()
+    print(
+        f"chromium {CHROMIUM}, {os.cpu_count()} CPUs, load average at the start {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
+    print("| what | runs | median ms | p10 .. p90 ms | max ms | target ms | median |")
+    print("|---|---|---|---|---|---|---|", flush=True)
+
+    def row(name: str, ms: list[float], target: float | None) -> None:
+        print(_row(name, ms, target), flush=True)
+
     with contextlib.ExitStack() as stack:
         url = args.url or stack.enter_context(serve_app("bench-ui-streamlit.log"))
         pw = stack.enter_context(sync_playwright())
@@ -218,31 +227,20 @@ def main() -> int:
         _wait(wp, ".px-now")
         cold = (time.perf_counter() - t) * 1000
         warm.close()
-        rows.append(_row("first load, cold server (once, not the target)", [cold], None))
+        row("first load, cold server (once, not the target)", [cold], None)
         if "first" in which:
-            rows.append(
-                _row(
-                    "first load (fresh session, default lesson)",
-                    bench_first(browser, url, args.runs),
-                    TARGETS_MS["first"],
-                )
-            )
+            row("first load (fresh session, default lesson)", bench_first(browser, url, args.runs), TARGETS_MS["first"])
         if "next" in which:
-            rows.append(_row("Next -> idle (default lesson)", bench_next(browser, url, args.runs), TARGETS_MS["next"]))
+            row("Next -> idle (default lesson)", bench_next(browser, url, args.runs), TARGETS_MS["next"])
         if "lesson" in which:
             picker, link = bench_lesson(browser, url, args.runs)
-            rows.append(_row("open a lesson: explorer's picker", picker, TARGETS_MS["lesson"]))
-            rows.append(_row("open a lesson: Lessons page's link", link, TARGETS_MS["lesson"]))
+            row("open a lesson: explorer's picker", picker, TARGETS_MS["lesson"])
+            row("open a lesson: Lessons page's link", link, TARGETS_MS["lesson"])
         if "switch" in which:
             for label, ms in bench_switch(browser, url, args.runs).items():
-                target = None if label == "Router (first visit)" else TARGETS_MS["switch"]
-                rows.append(_row(f"page switch -> {label}", ms, target))
+                row(f"page switch -> {label}", ms, None if label == "Router (first visit)" else TARGETS_MS["switch"])
     load = os.getloadavg()
-    print(f"chromium {CHROMIUM}, {os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    print("| what | runs | median ms | p10 .. p90 ms | max ms | target ms | median |")
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(r)
+    print(f"load average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     return 0
 
 

@@ -23,10 +23,13 @@ from explorer.router.config import BASELINE, LIMITS, POLICIES, TIE_BREAKS, Fleet
 from explorer.router.failures import SWITCH_HELP, explain
 from explorer.router.fleet_file import example_fleets, parse_fleet_text
 from explorer.router.results import FleetResult
-from explorer.router.share import decode_share, encode_share
+from explorer.router.share import decode_share
 from explorer.router.simulate import ask, simulate
 from explorer.traffic.trace import UI_MAX_TRACE_BYTES
+from explorer.ui import kept
 from explorer.ui.router_controls import (
+    CONTROL_KEYS,
+    KEPT,
     UI_MAX_REQUESTS,
     W_ALGO,
     W_BS,
@@ -44,7 +47,8 @@ from explorer.ui.router_controls import (
     apply_controls,
     sync_controls,
 )
-from explorer.ui.text import error, info, md, success, warning
+from explorer.ui.router_share import share
+from explorer.ui.text import error, md, success, warning
 from explorer.viz import router as V
 
 PRESET = "router_preset"
@@ -345,29 +349,15 @@ def _ask(result: FleetResult) -> None:
     )
 
 
-def _share(cfg: FleetConfig) -> None:
-    with st.expander("Share this setup"):
-        try:
-            token = encode_share(cfg)
-        except BadInput as e:
-            info(str(e))
-            if "fleet" in st.query_params:
-                del st.query_params["fleet"]
-        else:
-            if st.query_params.get("fleet") != token:
-                st.query_params["fleet"] = token
-            st.caption("The page's address now carries this setup (?fleet=...); copy it from the browser.")
-            st.code(f"?fleet={token}", language=None)
-        st.download_button(
-            "Download the fleet file",
-            cfg.to_toml().encode(),
-            file_name="fleet.toml",
-            mime="application/toml",
-            key="router_download",
-        )
-
-
 def render() -> None:
+    kept.restore(KEPT)  # the controls as they were, so the last result is found, not simulated again
+    try:
+        _render()
+    finally:
+        kept.keep(KEPT, (*CONTROL_KEYS, PRESET, TOML, W_METRIC, W_ASK, W_ASK_KIND, W_ASK_TENANT))
+
+
+def _render() -> None:
     st.title("Prefix-aware routing")
     st.markdown(INTRO)
     _init()
@@ -390,7 +380,7 @@ def render() -> None:
     _summary(result)
     _plots(result)
     _ask(result)
-    _share(cfg)
+    share(cfg)
 
 
 # Streamlit runs a page file as __main__; importing it (a test calling render()) draws nothing.
