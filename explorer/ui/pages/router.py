@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import streamlit as st
@@ -54,6 +55,7 @@ from explorer.viz import router as V
 PRESET = "router_preset"
 TOML = "router_toml"
 RESULTS = "router_results"
+FIGS = "router_figures"  # the last result's figures (key "": that result)
 URL_DONE = "router_url_loaded"
 URL_ERROR = "router_url_error"
 TRACE = "router_trace"
@@ -277,19 +279,27 @@ def _summary(result: FleetResult) -> None:
     )
 
 
+def _fig(result: FleetResult, name: str, make: Callable[[], Any]) -> Any:
+    """A figure of ``result``, built once: a visit or a rerun redraws the last result's figures."""
+    figs = _ss().get(FIGS)
+    if figs is None or figs.get("") is not result:
+        figs = _ss()[FIGS] = {"": result}
+    return figs[name] if name in figs else figs.setdefault(name, make())
+
+
 def _plots(result: FleetResult) -> None:
     c1, c2 = st.columns(2)
-    c1.plotly_chart(V.hit_rate_by_policy(result), key="router_fig_hit")
-    c2.plotly_chart(V.prefill_time(result), key="router_fig_prefill")
-    st.plotly_chart(V.cumulative_hit_rate(result), key="router_fig_cumulative")
+    c1.plotly_chart(_fig(result, "hit", lambda: V.hit_rate_by_policy(result)), key="router_fig_hit")
+    c2.plotly_chart(_fig(result, "prefill", lambda: V.prefill_time(result)), key="router_fig_prefill")
+    st.plotly_chart(_fig(result, "cum", lambda: V.cumulative_hit_rate(result)), key="router_fig_cumulative")
     st.selectbox(
         "Per instance", list(V.PER_INSTANCE_METRICS), key=W_METRIC, format_func=lambda m: V.PER_INSTANCE_METRICS[m][0]
     )
     st.plotly_chart(V.per_instance(result, _ss().get(W_METRIC) or "hit_tokens"), key="router_fig_instances")
     run = result.runs["prefix"]
     c1, c2 = st.columns(2)
-    c1.plotly_chart(V.router_vs_engine(run), key="router_fig_match")
-    c2.plotly_chart(V.subscriber_view(run), key="router_fig_view")
+    c1.plotly_chart(_fig(result, "match", lambda: V.router_vs_engine(run)), key="router_fig_match")
+    c2.plotly_chart(_fig(result, "view", lambda: V.subscriber_view(run)), key="router_fig_view")
     with st.expander("Per instance, prefix-aware run (the engines' own stats)"):
         st.dataframe(
             [
