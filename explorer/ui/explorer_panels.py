@@ -164,11 +164,6 @@ def _h3(anchor: str, text: str) -> str:
     return f'<h3 class="px-h3" id="{anchor}">{esc(text)}</h3>'
 
 
-def _cv(html: str) -> str:
-    """A state view the browser lays out only while it is on the screen (content-visibility)."""
-    return f'<div class="px-cv">{html}</div>'
-
-
 def _cap(text: str) -> str:
     return f'<div class="px-cap">{esc(text)}</div>'
 
@@ -207,7 +202,7 @@ def state_views(trace: Trace, k: int, changed: set[int], selected: int | None) -
                 + "</div>"
             )
     else:
-        st.html(_cv(pool_grid_html(snap, changed, selected)))
+        st.html(pool_grid_html(snap, changed, selected))
     c1, c2 = st.columns([1, 3], vertical_alignment="bottom")
     shown = selected if selected is not None and 0 <= selected < n else None
     wkey = bound.key(W_BLOCK, shown)
@@ -235,12 +230,12 @@ def state_views(trace: Trace, k: int, changed: set[int], selected: int | None) -
         + _cap(
             f"{snap.num_free_blocks:,} free blocks. get_new_blocks pops from the head; free_blocks puts unhashed blocks at the head and hashed ones at the tail."
         )
-        + _cv(free_queue_html(snap, changed, selected))
+        + free_queue_html(snap, changed, selected)
     )
 
     c1, c2 = st.columns([3, 2])
     with c1:
-        st.html(_h3("requests", "Requests and their block tables") + _cv(requests_html(snap, changed, selected)))
+        st.html(_h3("requests", "Requests and their block tables") + requests_html(snap, changed, selected))
     with c2:
         st.subheader("Metrics", anchor="metrics")
         _metrics(trace, k)
@@ -250,10 +245,10 @@ def state_views(trace: Trace, k: int, changed: set[int], selected: int | None) -
         st.html(
             _h3("hash-map", "Hash map")
             + _cap(f"{len(snap.cached):,} hashes cached. One hash may map to several blocks: vLLM keeps duplicates.")
-            + _cv(hash_map_html(snap, step, prev, selected, int_hashes=trace.scenario.engine.int_block_hashes))
+            + hash_map_html(snap, step, prev, selected, int_hashes=trace.scenario.engine.int_block_hashes)
         )
     with c2:
-        st.html(_h3("events", "KV event log") + _cv(event_log_html(trace, k)))
+        st.html(_h3("events", "KV event log") + event_log_html(trace, k))
         if step is not None and step.events:
             with st.expander(f"This step's {len(step.events)} event(s) as vLLM's msgpack decodes them"):
                 from explorer.core.events import event_to_json
