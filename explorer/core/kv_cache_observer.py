@@ -103,6 +103,7 @@ class KVCacheObserver:
     def on_eagle_drop(self, group_id: int, block_index: int, block_id: int) -> None:
         """EAGLE dropped the last hit block (``block_index``, held by ``block_id``) from the
         lookup's result: the drafter needs that block's hidden states recomputed (rule 74)."""
+
     def on_group_lookup(self, lookup: GroupLookup) -> None:
         """A lookup with several KV cache groups: what each group hit and how the fixed point settled."""
 

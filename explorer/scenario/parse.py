@@ -20,9 +20,9 @@ from explorer.core.hashing import HASH_ALGOS
 from explorer.errors import BadInput, read_user_file
 from explorer.scenario.budget import SizeBudget
 from explorer.scenario.parse_connector import check_expects, check_step_arrive, parse_connector
+from explorer.scenario.parse_groups import GROUP_KEYS, check_group_expects, hashing_engine, parse_groups
 from explorer.scenario.parse_spec_decode import SPEC_KEY, apply_spec_ops, parse_speculative
 from explorer.scenario.parse_values import Ctx, read_bool, read_int, read_str, show
-from explorer.scenario.parse_groups import GROUP_KEYS, check_group_expects, hashing_engine, parse_groups
 from explorer.scenario.spec import (
     CLI_LIMITS,
     ENGINE_DEFAULTS,

@@ -372,6 +372,7 @@ class EngineReplay:
 
         sched.finish_requests = finish_requests
         sched._update_from_kv_xfer_finished = update_from_kv_xfer_finished
+
     def _observe_hybrid(self) -> None:
         """Record (never change) each lookup's per-group hits and boundary, and each
         waiting-queue admission's new blocks per group, as the scheduler makes them."""
