@@ -287,9 +287,14 @@ def test_stream_model_rebuilds_the_multiset(schedule, buffer_steps, replay_on):
     inc, seq, buffer, incarnation = 0, 0, [], []  # the publisher
     applied = []
     request = None
+    # A restarted publisher whose first frames were not seen live answers a replay with its new
+    # batches under the old sequence numbers: no subscriber can tell them from the lost old
+    # ones, so the order across incarnations is only checked when that did not happen.
+    restart_unseen = ambiguous = False
     for op, a, b in schedule:
         now += 0.1
         if op == "publish":
+            restart_unseen = restart_unseen and not b
             # ts carries (incarnation, index) so the test can tell the batches apart
             payload = encode_batch(KVEventBatch(float(inc * 10_000 + seq), a, 0))
             incarnation.append(a)
@@ -301,6 +306,7 @@ def test_stream_model_rebuilds_the_multiset(schedule, buffer_steps, replay_on):
             if request is None:
                 request = s.next_replay_request(now)
             if request is not None and not b:
+                ambiguous = ambiguous or restart_unseen
                 for q, p in buffer:
                     if q >= request:
                         applied += s.feed_replay([b"", b"", q.to_bytes(8, "big"), p], now=now)
@@ -312,6 +318,7 @@ def test_stream_model_rebuilds_the_multiset(schedule, buffer_steps, replay_on):
                 request = None
         else:
             inc, seq, buffer, incarnation = inc + 1, 0, [], []
+            restart_unseen = True
         if s.reset_replay_socket and not s.replay_in_flight:
             s.reset_replay_socket = False
             request = None
@@ -323,9 +330,9 @@ def test_stream_model_rebuilds_the_multiset(schedule, buffer_steps, replay_on):
     for i in range(inc + 1):
         mine = [q for j, q in tags if j == i]
         assert mine == sorted(set(mine))
-    # incarnations never interleave
+    # incarnations never interleave (unless a replay could not tell them apart, see above)
     order = [j for j, _ in tags]
-    assert order == sorted(order)
+    assert ambiguous or order == sorted(order)
     # every gap is recovered or lost
     assert s.gaps <= s.replayed + s.lost
     # when the last incarnation was applied whole, the multiset is exactly the publisher's
