@@ -21,6 +21,7 @@ from explorer.practice.question import KIND_LABELS, KINDS, MAX_SEED, Question, S
 from explorer.scenario.cli import describe_step
 from explorer.scenario.write import scenario_to_toml
 from explorer.ui import bound
+from explorer.ui.explorer_session import open_link_params
 from explorer.ui.lesson_files import lesson_title
 from explorer.ui.text import error, success
 
@@ -84,7 +85,7 @@ def _open_in_explorer(q: Question) -> None:
             EXPLORER_PAGE,
             label="Open this scenario in the explorer",
             icon=":material/open_in_new:",
-            query_params={"up": blob, "step": str(q.step_index + 1)},
+            query_params=open_link_params(up=blob, step=str(q.step_index + 1)),
         )
     except Exception:
         pass
@@ -180,7 +181,7 @@ def _reveal(q: Question, correct: bool, message: str) -> None:
             LESSONS_PAGE,
             label=f"Lesson {lesson_title(q.lesson)}",
             icon=":material/school:",
-            query_params={"lesson": q.lesson},
+            query_params=open_link_params(lesson=q.lesson),
         )
     _open_in_explorer(q)
     st.download_button(
@@ -214,7 +215,7 @@ def _interview() -> None:
                     LESSONS_PAGE,
                     label=f"Lesson {lesson_title(f.lesson)}",
                     icon=":material/school:",
-                    query_params={"lesson": f.lesson},
+                    query_params=open_link_params(lesson=f.lesson),
                 )
     st.subheader("How answers are scored")
     for r in RUBRIC:
