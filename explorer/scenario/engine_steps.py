@@ -132,6 +132,7 @@ class EngineStepReplay:
             step_stats=step_stats,
             batch=() if rec is None else tuple(rec.batch),
             preemption_reasons=() if rec is None else tuple(rec.preemptions),
+            update=outs,
         )
 
     def _op_abort(self, op: Op, out: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 from explorer.core.events import KVCacheEvent, event_to_json
 from explorer.core.hashing import external_block_hash
 from explorer.core.kv_cache_observer import AdmissionCheck
+from explorer.core.sched.output import EngineCoreOutputs
 from explorer.scenario.spec import Op, Scenario
 
 
@@ -128,6 +129,9 @@ class EngineStepRecord:
     step_stats: Mapping[str, int] | None
     batch: tuple[Scheduled, ...] = ()
     preemption_reasons: tuple[tuple[str, str], ...] = ()  # (request id, why), in order
+    # The update's own report (EngineCoreOutputs: per-request outputs with their prefill stats
+    # and events, and the SchedulerStats); None when no update ran. Metrics are recorded from it.
+    update: EngineCoreOutputs | None = None
 
 
 @dataclass(frozen=True)

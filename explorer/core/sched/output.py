@@ -18,6 +18,7 @@ from typing import Protocol
 
 from explorer.core.events import KVEventBatch
 from explorer.core.metrics import PrefillStats, PrefixCacheStats
+from explorer.core.request import EngineCoreEventType
 
 
 @dataclass
@@ -58,6 +59,7 @@ class EngineCoreOutput:
     new_token_ids: list[int]
     finish_reason: str | None = None  # "stop", "length", "abort", "error" (FinishReason)
     prefill_stats: PrefillStats | None = None  # with the request's first output only
+    events: list[EngineCoreEventType] | None = None  # the request's events since its last output
 
     @property
     def finished(self) -> bool:
@@ -70,6 +72,10 @@ class SchedulerStats:
     num_waiting_reqs: int = 0
     kv_cache_usage: float = 0.0
     prefix_cache_stats: PrefixCacheStats = field(default_factory=PrefixCacheStats)
+    # The KV connector's lookups (None without a connector), as vLLM's field of that name.
+    connector_prefix_cache_stats: PrefixCacheStats | None = None
+    # Waiting requests deferred by a transient constraint (num_waiting_reqs excludes them).
+    num_skipped_waiting_reqs: int = 0
 
 
 @dataclass

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 from explorer.core.errors import SchedulingError
 from explorer.core.events import KVEventBatch
 from explorer.core.kv_cache_manager import KVCacheManager
-from explorer.core.request import Request, RequestStatus
+from explorer.core.request import EngineCoreEventType, Request, RequestStatus
 from explorer.core.sched.config import SchedulerConfig
 from explorer.core.sched.output import (
     EngineCoreOutput,
@@ -254,6 +254,7 @@ class Scheduler:
         )
         request.num_stale_output_tokens = request.num_in_flight_tokens
         request.num_output_placeholders = 0
+        request.record_event(EngineCoreEventType.PREEMPTED)
         self.waiting.appendleft(request)
         self.reset_preempted_req_ids.append(request.request_id)
         if self.observer is not None:
@@ -313,7 +314,9 @@ class Scheduler:
                 else:
                     stopped_preempted_reqs.append(request)
             if new_token_ids or stopped:
-                outputs.append(EngineCoreOutput(req_id, new_token_ids, finish_reason, prefill_stats))
+                outputs.append(
+                    EngineCoreOutput(req_id, new_token_ids, finish_reason, prefill_stats, request.take_events())
+                )
 
         # Remove the stopped requests from the queues (L2234-2242).
         if stopped_running_reqs:
