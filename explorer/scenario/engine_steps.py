@@ -17,10 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 from explorer.core.metrics import CachingMetrics, PrefixCacheStats
-from explorer.core.request import LoRARequest, Request
+from explorer.core.request import EngineCoreEventType, LoRARequest, Request
 from explorer.core.sched.config import SchedulerConfig
 from explorer.core.sched.engine_core import EngineStep, make_engine_core
-from explorer.core.sched.output import KVEventCollector
+from explorer.core.sched.output import EngineCoreOutputs, KVEventCollector
 from explorer.scenario.recorder import GROUP_0, StepError, StepRecorder, block_hasher, hashed_since, new_manager
 from explorer.scenario.snapshot import Snapshots
 from explorer.scenario.spec import Op, Scenario
@@ -42,6 +42,35 @@ class SchedRecorder(StepRecorder):
 
     def on_preempted(self, request_id: str, reason: str) -> None:
         self.preemptions.append((request_id, reason))
+
+
+class ExportedTotals:
+    """The counters vLLM's stat loggers add up from each update (design section 11), for the
+    `expect` keys of a step; explorer/metrics exports them (tests/metrics check they agree)."""
+
+    def __init__(self) -> None:
+        self.queries = self.hits = self.preemptions = 0
+        self.by_source = {"local_compute": 0, "local_cache_hit": 0, "external_kv_transfer": 0}
+
+    def add(self, outs: EngineCoreOutputs) -> None:
+        if outs.scheduler_stats is not None:
+            self.queries += outs.scheduler_stats.prefix_cache_stats.queries
+            self.hits += outs.scheduler_stats.prefix_cache_stats.hits
+        for o in outs.outputs:
+            self.preemptions += sum(e == EngineCoreEventType.PREEMPTED for e in o.events or ())
+            if o.prefill_stats is not None:  # the first output's: the first admission's split
+                self.by_source["local_compute"] += o.prefill_stats.num_computed_tokens
+                self.by_source["local_cache_hit"] += o.prefill_stats.num_local_cached_tokens
+                self.by_source["external_kv_transfer"] += o.prefill_stats.num_external_cached_tokens
+
+    def expectable(self, window: CachingMetrics) -> dict[str, Any]:
+        return {
+            "metric_queries": self.queries,
+            "metric_hits": self.hits,
+            "metric_preemptions": self.preemptions,
+            "metric_prompt_tokens_by_source": dict(self.by_source),
+            "log_hit_rate": "" if window.empty else f"{window.hit_rate * 100:.1f}%",
+        }
 
 
 class EngineStepReplay:
@@ -67,6 +96,7 @@ class EngineStepReplay:
         self.arrived: set[str] = set()
         self.totals = PrefixCacheStats()  # summed over the SchedulerStats of every update
         self.window = CachingMetrics()
+        self.exported = ExportedTotals()
         self.reset_ok: list[bool] = []
 
     # ---- one op ----------------------------------------------------------------------------
@@ -121,6 +151,8 @@ class EngineStepReplay:
             self.totals.add(stats)
             self.window.observe(stats)
             step_stats = stats.as_dict()
+        if outs is not None:
+            self.exported.add(outs)
         rec = self.recorder
         out["preempted"] = () if scheduled is None else tuple(scheduled.preempted_reqs)
         out["engine_step"] = EngineStepRecord(
@@ -133,6 +165,7 @@ class EngineStepReplay:
             batch=() if rec is None else tuple(rec.batch),
             preemption_reasons=() if rec is None else tuple(rec.preemptions),
             update=outs,
+            metrics=self.exported.expectable(self.window),
         )
 
     def _op_abort(self, op: Op, out: dict[str, Any]) -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from explorer.core.hashing import resolve_none_hash_seed
-from explorer.scenario.step_spec import STEP_EXPECT_KEYS, SchedSpec
+from explorer.scenario.step_spec import METRIC_EXPECT_TYPES, STEP_EXPECT_KEYS, SchedSpec
 
 # Engine-step scenarios (design section 7) add `step` and `abort`; step_spec.py says which op
 # and key belongs to which kind of scenario.
@@ -64,6 +64,7 @@ EXPECT_TYPES: dict[str, str] = {
     "scheduled": "a table of integers",
     "preempted": "an array of strings",
     "finished": "an array of strings",
+    **METRIC_EXPECT_TYPES,
 }
 
 
@@ -79,6 +80,8 @@ def value_has_kind(value: Any, kind: str) -> bool:
         return integer(value)
     if kind == "a table of integers":
         return isinstance(value, Mapping) and all(isinstance(k, str) and integer(v) for k, v in value.items())
+    if kind == "a string":
+        return isinstance(value, str)
     if not isinstance(value, list):
         return False
     if kind == "an array of strings":

@@ -132,6 +132,8 @@ class EngineStepRecord:
     # The update's own report (EngineCoreOutputs: per-request outputs with their prefill stats
     # and events, and the SchedulerStats); None when no update ran. Metrics are recorded from it.
     update: EngineCoreOutputs | None = None
+    # What the metrics export after this step (the METRIC_EXPECT_TYPES keys), for `expect`.
+    metrics: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -258,6 +260,7 @@ def with_expectations(step: Step) -> Step:
         actual["scheduled"] = dict(step.engine_step.scheduled)
         actual["preempted"] = list(step.preempted)
         actual["finished"] = list(step.engine_step.finished)
+        actual.update(step.engine_step.metrics or {})
     failures = tuple(
         f"{step.op.label}: expected {key} = {want!r}, got {actual[key]!r}"
         for key, want in step.op.expect.items()
