@@ -46,7 +46,7 @@ def make_server(port: int, exposition: Exposition) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         server_version = "explorer-metrics"
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             if self.path.split("?", 1)[0] != "/metrics":
                 self.send_error(404)
                 return
@@ -57,12 +57,12 @@ def make_server(port: int, exposition: Exposition) -> ThreadingHTTPServer:
             self.end_headers()
             self.wfile.write(body)
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             self.send_error(405)
 
-        do_PUT = do_DELETE = do_PATCH = do_POST  # noqa: N815
+        do_PUT = do_DELETE = do_PATCH = do_POST
 
-        def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (http.server's name)
+        def log_message(self, format: str, *args: object) -> None:
             pass  # no access log on stderr
 
     try:
