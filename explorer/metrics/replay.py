@@ -161,6 +161,22 @@ def step_rate(pts: list[MetricsPoint], k: int, n: int, external: bool = False) -
     return (h1 - h0) / (q1 - q0) if q1 > q0 else None
 
 
+def step_rates(pts: list[MetricsPoint], n: int, external: bool = False) -> list[float | None]:
+    """``step_rate(pts, k, n)`` for every k, in one pass."""
+    out: list[float | None] = []
+    seen: list[tuple[int, int]] = [(0, 0)]  # counts before the first step, then after each
+    for p in pts:
+        if p.op == "step":
+            seen.append(_counts(p, external))
+        if len(seen) == 1:
+            out.append(None)
+            continue
+        q0, h0 = seen[max(0, len(seen) - 1 - n)]
+        q1, h1 = seen[-1]
+        out.append((h1 - h0) / (q1 - q0) if q1 > q0 else None)
+    return out
+
+
 def _counts(p: MetricsPoint, external: bool) -> tuple[int, int]:
     return (p.external_queries, p.external_hits) if external else (p.queries, p.hits)
 
