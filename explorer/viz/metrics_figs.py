@@ -3,7 +3,7 @@ source, and the counters a live scrape read. Pure functions of recorded points."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
@@ -58,7 +58,9 @@ def by_source_figure(pts: Sequence[MetricsPoint], k: int) -> go.Figure:
     return _layout(fig, "vllm:prompt_tokens_by_source_total", "tokens")
 
 
-def scrape_figure(times: Sequence[float], series: dict[str, Sequence[float | None]], title: str, y: str) -> go.Figure:
+def scrape_figure(
+    times: Sequence[float], series: Mapping[str, Sequence[float | None]], title: str, y: str
+) -> go.Figure:
     """Lines over scrape times (seconds since the first scrape)."""
     fig = go.Figure()
     colours = (*RATE_COLOURS, *SOURCE_COLOURS)
