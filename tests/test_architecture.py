@@ -134,6 +134,7 @@ LAYERS = {
     "core": 0,
     "errors": 1,
     "model_file": 1,
+    "printable": 1,
     "numbers": 2,
     "toml_read": 2,
     "tokens": 2,

@@ -231,6 +231,14 @@ class BlockPool:
             )
         return removed
 
+    def evict_blocks(self, block_ids: set[int]) -> None:
+        """Drop each block's hash (a failed KV load: its KV is bad), keeping its ref count and
+        its place in the free queue (block_pool.py:810-828)."""
+        for block_id in block_ids:
+            if not 0 <= block_id < len(self.blocks):
+                raise ValueError(f"invalid block id {block_id}: the connector reported a block never allocated")
+            self._maybe_evict_cached_block(self.blocks[block_id])
+
     def touch(self, blocks: Sequence[KVCacheBlock]) -> None:
         """A cache hit: a free block leaves the queue, and every block gets ref_cnt + 1."""
         observer = self.observer

@@ -79,6 +79,12 @@ class KVCacheCoordinator(ABC):
         for m, hits in zip(self.single_type_managers, new_computed_blocks, strict=True):
             m.add_local_computed_blocks(request_id, hits)
 
+    def allocate_external_computed_blocks(self, request_id: str, num_total_computed_tokens: int) -> None:
+        """Blocks for a KV connector's tokens after the local hit, in every group, once every
+        group's hits are touched (coordinator.py:275-282)."""
+        for m in self.single_type_managers:
+            m.allocate_external_computed_blocks(request_id, num_total_computed_tokens)
+
     def allocate_new_blocks(self, request_id: str, num_tokens: int) -> tuple[list[KVCacheBlock], ...]:
         return tuple(m.allocate_new_blocks(request_id, num_tokens) for m in self.single_type_managers)
 
@@ -90,6 +96,10 @@ class KVCacheCoordinator(ABC):
     def free(self, request_id: str) -> None:
         for m in self.single_type_managers:
             m.free(request_id)
+
+    def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
+        """Every group's blocks of the request, in group then table order, forgotten here."""
+        return [b for m in self.single_type_managers for b in m.pop_blocks_for_free(request_id)]
 
     def get_blocks(self, request_id: str) -> tuple[list[KVCacheBlock], ...]:
         """Each group's block table of the request (a copy)."""

@@ -114,6 +114,9 @@ class KVCacheManager:
         num_new_computed_tokens: int = 0,
         new_computed_blocks: KVCacheBlocks | None = None,
         full_sequence_must_fit: bool = False,
+        num_external_computed_tokens: int = 0,
+        delay_cache_blocks: bool = False,
+        reserved_blocks: int = 0,
     ) -> KVCacheBlocks | None:
         """Slots for ``num_new_tokens`` more tokens after the computed ones and the new hits.
 
@@ -123,28 +126,39 @@ class KVCacheManager:
         ``request.num_tokens`` (kv_cache_manager.py:371-614). ``full_sequence_must_fit`` is the
         scheduler's admission gate (its default ``scheduler_reserve_full_isl``): first the
         whole sequence so far must fit, not only this chunk (kv_cache_manager.py:519-535).
+
+        With a KV connector: ``num_external_computed_tokens`` follow the local hit and get
+        blocks of their own (popped after the hits are touched, and not in the return value);
+        ``delay_cache_blocks`` (an async load) returns before anything is cached, so the loaded
+        blocks get their hash only when the load is done; ``reserved_blocks`` must stay free
+        for in-flight prefills (kv_cache_manager.py:572-601).
         """
-        if num_new_tokens == 0 and num_new_computed_tokens == 0:
+        num_external = num_external_computed_tokens
+        if num_new_tokens == 0 and num_new_computed_tokens == 0 and num_external == 0:
             raise SchedulingError("num_new_tokens must be greater than 0 when there are no computed tokens to adopt")
         coordinator = self.coordinator
         hit_blocks = new_computed_blocks.blocks if new_computed_blocks is not None else coordinator.empty_blocks()
         num_local_computed = request.num_computed_tokens + num_new_computed_tokens
-        total_computed = min(num_local_computed, self.max_model_len)
+        total_computed = min(num_local_computed + num_external, self.max_model_len)
         rid = request.request_id
         if full_sequence_must_fit:
             full_num_tokens = min(request.num_tokens, self.max_model_len)
             if not self._fits(request, num_new_tokens, total_computed, full_num_tokens, hit_blocks, True):
                 return None
         num_tokens_need_slot = min(total_computed + num_new_tokens, self.max_model_len)
-        if not self._fits(request, num_new_tokens, total_computed, num_tokens_need_slot, hit_blocks, False):
+        if not self._fits(
+            request, num_new_tokens, total_computed, num_tokens_need_slot, hit_blocks, False, reserved_blocks
+        ):
             return None
 
         # Touch before popping: a request can never evict its own hits.
-        if any(hit_blocks):
+        if any(hit_blocks) or num_external > 0:
             coordinator.allocate_new_computed_blocks(rid, hit_blocks)
+        if num_external > 0:
+            coordinator.allocate_external_computed_blocks(rid, num_local_computed + num_external)
         new_blocks = coordinator.allocate_new_blocks(rid, num_tokens_need_slot)
 
-        if self.enable_caching:
+        if self.enable_caching and not delay_cache_blocks:
             coordinator.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
         return KVCacheBlocks(new_blocks)
 
@@ -156,12 +170,13 @@ class KVCacheManager:
         num_tokens_need_slot: int,
         hit_blocks: tuple[list[KVCacheBlock], ...],
         full_sequence: bool,
+        reserved_blocks: int = 0,
     ) -> bool:
         """The capacity check (kv_cache_manager.py:558-576): the new blocks plus the free hit
-        blocks must come out of the free queue."""
+        blocks must come out of the free queue (less the blocks reserved for others)."""
         coordinator = self.coordinator
         rid = request.request_id
-        num_free = self.block_pool.get_num_free_blocks()
+        num_free = self.block_pool.get_num_free_blocks() - reserved_blocks
         required = coordinator.get_num_blocks_to_allocate(rid, num_tokens_need_slot, hit_blocks)
         if self.observer is not None:
             num_new, num_evictable = coordinator.get_num_new_and_evictable_blocks(rid, num_tokens_need_slot, hit_blocks)
@@ -188,6 +203,16 @@ class KVCacheManager:
 
     def free(self, request: Request) -> None:
         self.coordinator.free(request.request_id)
+
+    def pop_blocks_for_free(self, request: Request) -> list[KVCacheBlock]:
+        """Forget the request's blocks without freeing them (a deferred free): its blocks in
+        table order, for the caller to free in reverse later (kv_cache_manager.py:647-659)."""
+        return self.coordinator.pop_blocks_for_free(request.request_id)
+
+    def evict_blocks(self, block_ids: set[int]) -> None:
+        """Drop the hashes of these blocks (a failed KV load), one BlockRemoved each; ref counts
+        and free-queue places stay (block_pool.py:810-828). The set's order is vLLM's."""
+        self.block_pool.evict_blocks(block_ids)
 
     def empty_blocks(self) -> KVCacheBlocks:
         return KVCacheBlocks(self.coordinator.empty_blocks())

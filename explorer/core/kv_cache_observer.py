@@ -105,3 +105,19 @@ class KVCacheObserver:
     def on_finished(self, request_id: str, status: str) -> None:
         """The request finished (``status`` is vLLM's RequestStatus name in lower case) and its
         blocks were freed."""
+
+    # ---- the KV connector (core/sched/waiting.py, connector_path.py) ---------------------------
+
+    def on_external_lookup(
+        self, request_id: str, num_local_tokens: int, num_external_tokens: int | None, load_async: bool
+    ) -> None:
+        """After the local hit of ``num_local_tokens`` the connector offered
+        ``num_external_tokens`` more (None: it cannot tell yet), to load asynchronously or not."""
+
+    def on_kv_load_done(self, request_id: str, num_computed_tokens: int, failed: bool) -> None:
+        """An async load finished: its blocks were cached up to ``num_computed_tokens`` (after a
+        failure under ``recompute``, only the valid prefix) and the request waits again."""
+
+    def on_kv_load_failed(self, request_id: str, num_valid_tokens: int, evicted_block_ids: tuple[int, ...]) -> None:
+        """A load reported invalid blocks: the request keeps ``num_valid_tokens``; under ``fail``
+        the hashes of ``evicted_block_ids`` were dropped (one BlockRemoved each)."""

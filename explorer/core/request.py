@@ -27,10 +27,11 @@ class EngineCoreEventType(enum.IntEnum):
 
 
 class RequestStatus(enum.Enum):
-    """vLLM's statuses (vllm/v1/request.py:370-393) that a scheduler without a connector,
-    grammar or streaming input reaches; the value is the name in lower case."""
+    """vLLM's statuses (vllm/v1/request.py:370-393) that the mirrored scheduler reaches (no
+    grammar, no streaming input); the value is the name in lower case."""
 
     WAITING = "waiting"
+    WAITING_FOR_REMOTE_KVS = "waiting_for_remote_kvs"  # an async KV connector load in flight
     RUNNING = "running"
     PREEMPTED = "preempted"
     # Everything below is a finished status.
@@ -44,7 +45,9 @@ class RequestStatus(enum.Enum):
         return status not in _UNFINISHED
 
 
-_UNFINISHED = frozenset({RequestStatus.WAITING, RequestStatus.RUNNING, RequestStatus.PREEMPTED})
+_UNFINISHED = frozenset(
+    {RequestStatus.WAITING, RequestStatus.WAITING_FOR_REMOTE_KVS, RequestStatus.RUNNING, RequestStatus.PREEMPTED}
+)
 
 # RequestStatus -> the finish reason vLLM reports (request.py:404-412).
 FINISH_REASONS = {
@@ -156,6 +159,9 @@ class Request:
         self.drop_stale_output = False
         # whether the last scheduled step left prompt tokens to compute;
         self.is_prefill_chunk = False
+        # deferred block frees (a KV connector under async scheduling): the last non-empty step
+        # that scheduled it (request.py's last_sched_seq);
+        self.last_sched_seq = 0
         # the first prefill's stats, until its first output reports them (request.py:218, 350-355).
         self.prefill_stats: PrefillStats | None = PrefillStats()
         # events since the last output, which carries them (request.py:337-348).

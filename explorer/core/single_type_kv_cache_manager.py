@@ -83,6 +83,13 @@ class SingleTypeKVCacheManager:
         req_blocks.extend(new_computed_blocks)
         self.num_cached_block[request_id] = len(req_blocks)
 
+    def allocate_external_computed_blocks(self, request_id: str, num_total_computed_tokens: int) -> None:
+        """Pop blocks for the connector's tokens up to ``num_total_computed_tokens``; they
+        are not cached until their KV is there (single_type:329-367)."""
+        req_blocks = self.req_to_blocks.setdefault(request_id, [])
+        num_new = max(0, cdiv(num_total_computed_tokens, self.block_size) - len(req_blocks))
+        req_blocks.extend(self.block_pool.get_new_blocks(num_new))
+
     def allocate_new_blocks(self, request_id: str, num_tokens: int) -> list[KVCacheBlock]:
         """Pop enough blocks from the free-queue head to hold ``num_tokens`` slots."""
         req_blocks = self.req_to_blocks.setdefault(request_id, [])
@@ -114,9 +121,12 @@ class SingleTypeKVCacheManager:
     def free(self, request_id: str) -> None:
         """Return the request's blocks in *reverse* order, so the tail of its chain is evicted
         before its head (a shared system prompt at the head survives longest)."""
-        req_blocks = self.req_to_blocks.pop(request_id, [])
+        self.block_pool.free_blocks(reversed(self.pop_blocks_for_free(request_id)))
+
+    def pop_blocks_for_free(self, request_id: str) -> list[KVCacheBlock]:
+        """Forget the request's blocks and hand them over, in table order, still held."""
         self.num_cached_block.pop(request_id, None)
-        self.block_pool.free_blocks(reversed(req_blocks))
+        return self.req_to_blocks.pop(request_id, [])
 
     def find_longest_cache_hit(
         self, block_hashes: Sequence[BlockHash], max_length: int, use_eagle: bool = False

@@ -16,6 +16,18 @@ from explorer.core.events import BlockRemoved, BlockStored, KVEventBatch, event_
 
 InstanceKey = tuple[str, "int | None"]  # (topic, data_parallel_rank)
 
+# Distinct block hashes one stream holds over all its instances: a real instance holds one per
+# GPU block (an H200 serving an 8B model has about 60,000 of 16 tokens), so this is far above
+# any real cache and keeps a hostile publisher from growing the listener without end.
+DEFAULT_MAX_HASHES = 2_000_000
+
+
+@dataclass(slots=True)
+class HashBudget:
+    """Distinct hashes a stream may still hold, shared by its instances."""
+
+    left: int = DEFAULT_MAX_HASHES
+
 
 @dataclass(slots=True)
 class AppliedBatch:
@@ -46,6 +58,7 @@ class CacheInstance:
     by_medium: dict[str | None, Counter[Any]] = field(default_factory=dict)
     parents: dict[Any, Any] = field(default_factory=dict)  # hash -> parent hash (last stored)
     block_size: int | None = None
+    budget: HashBudget = field(default_factory=HashBudget)
     # stream position
     next_seq: int | None = None  # everything below is applied or given up
     max_live: int = -1  # highest live seq seen
@@ -60,17 +73,19 @@ class CacheInstance:
     restarts: int = 0
     seq_jumps: int = 0  # restarts that were a jump past the replay buffer, not a fall back
     unknown_removals: int = 0
+    dropped_hashes: int = 0  # stored hashes not kept: the stream's hash budget was spent
     last_seq: int | None = None
 
     # -- the cache -------------------------------------------------------------------------
 
     def clear_cache(self) -> None:
+        self.budget.left += len(self.hashes)
         self.hashes.clear()
         self.by_medium.clear()
         self.parents.clear()
 
     def apply(self, batch: KVEventBatch) -> None:
-        hashes, parents = self.hashes, self.parents
+        hashes, parents, budget = self.hashes, self.parents, self.budget
         get = hashes.get
         for ev in batch.events:
             kind = type(ev)
@@ -82,7 +97,14 @@ class CacheInstance:
                 mget = medium.get
                 self.block_size = ev.block_size
                 for h in ev.block_hashes:
-                    hashes[h] = get(h, 0) + 1
+                    n = get(h, 0)
+                    if n == 0:
+                        if budget.left <= 0:
+                            self.dropped_hashes += 1
+                            parent = h
+                            continue
+                        budget.left -= 1
+                    hashes[h] = n + 1
                     medium[h] = mget(h, 0) + 1
                     parents[h] = parent
                     parent = h
@@ -96,6 +118,7 @@ class CacheInstance:
                     if n == 1:
                         del hashes[h]
                         parents.pop(h, None)
+                        budget.left += 1
                     else:
                         hashes[h] = n - 1
                     if medium is not None:
@@ -151,6 +174,7 @@ class CacheInstance:
             "seq_jumps": self.seq_jumps,
             "unrecovered_initial": self.unrecovered_initial,
             "unknown_removals": self.unknown_removals,
+            "dropped_hashes": self.dropped_hashes,
         }
 
     # -- the sequence position ---------------------------------------------------------------

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from explorer.core.events import KVEventBatch
-from explorer.events.instance import AppliedBatch, CacheInstance, InstanceKey
+from explorer.events.instance import DEFAULT_MAX_HASHES, AppliedBatch, CacheInstance, HashBudget, InstanceKey
 from explorer.events.wire import DEFAULT_BUFFER_STEPS, DEFAULT_MAX_PAYLOAD, END_SEQ, as_frames, decode_payload
 
 DEFAULT_REPLAY_TIMEOUT = 2.0
@@ -75,6 +75,7 @@ class KVEventStream:
         max_pending: int = DEFAULT_MAX_PENDING,
         max_jump: int = DEFAULT_BUFFER_STEPS,
         max_instances: int = DEFAULT_MAX_INSTANCES,
+        max_hashes: int = DEFAULT_MAX_HASHES,
     ) -> None:
         self.topic = topic.encode("utf-8") if isinstance(topic, str) else bytes(topic)
         self.replay_enabled = replay
@@ -84,6 +85,7 @@ class KVEventStream:
         self.max_jump = max(1, max_jump)
         self.max_instances = max_instances
         self.instances: dict[InstanceKey, CacheInstance] = {}
+        self.hash_budget = HashBudget(max_hashes)  # shared by the instances
         self._topics: dict[bytes, str] = {}
         self.malformed = 0
         self.malformed_reasons: Counter[str] = Counter()
@@ -301,7 +303,7 @@ class KVEventStream:
     def _instance(self, key: InstanceKey) -> CacheInstance:
         inst = self.instances.get(key)
         if inst is None:
-            inst = self.instances[key] = CacheInstance(key)
+            inst = self.instances[key] = CacheInstance(key, budget=self.hash_budget)
         return inst
 
     def _on_live(self, key: InstanceKey, seq: int, batch: KVEventBatch, now: float) -> list[AppliedBatch]:

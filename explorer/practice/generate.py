@@ -15,6 +15,7 @@ import random
 from collections.abc import Callable
 
 from explorer.practice.allocation import q_admission, q_hashed_this_step
+from explorer.practice.external import q_async_load_events, q_external_hit
 from explorer.practice.free_queue import q_free_queue, q_next_evicted
 from explorer.practice.hits import q_hit_length, q_mistake
 from explorer.practice.question import KINDS, MAX_SEED, Question
@@ -26,6 +27,8 @@ GENERATORS: dict[str, Callable[[int], Question]] = {
     "hashed_this_step": q_hashed_this_step,
     "admission": q_admission,
     "mistake": q_mistake,
+    "external_hit": q_external_hit,
+    "async_load_events": q_async_load_events,
 }
 
 

@@ -16,7 +16,16 @@ from explorer.scenario.engine import replay
 from explorer.scenario.spec import Scenario
 from explorer.scenario.trace import Step, Trace
 
-KINDS: tuple[str, ...] = ("hit_length", "next_evicted", "free_queue", "hashed_this_step", "admission", "mistake")
+KINDS: tuple[str, ...] = (
+    "hit_length",
+    "next_evicted",
+    "free_queue",
+    "hashed_this_step",
+    "admission",
+    "mistake",
+    "external_hit",
+    "async_load_events",
+)
 
 KIND_LABELS: dict[str, str] = {
     "hit_length": "Predict the hit length",
@@ -25,6 +34,8 @@ KIND_LABELS: dict[str, str] = {
     "hashed_this_step": "Predict which blocks get hashed this step",
     "admission": "Predict whether admission succeeds",
     "mistake": "Spot the common mistake",
+    "external_hit": "Predict the external hit after the local hit",
+    "async_load_events": "Predict what an async load emits, and when",
 }
 
 MAX_SEED = 999_999

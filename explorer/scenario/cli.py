@@ -11,6 +11,7 @@ import json
 import sys
 
 from explorer.numbers import counted
+from explorer.printable import printable
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario
 from explorer.scenario.trace import EngineStepRecord, Step, Trace
@@ -137,8 +138,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(trace.to_json()) + "\n")
     else:
-        sys.stdout.write(render_text(trace) + "\n")
+        # titles and ids are the user's: control characters shown as escapes, not sent to the terminal
+        sys.stdout.write(printable(render_text(trace)) + "\n")
     failures = trace.expect_failures
     for f in failures:
-        sys.stderr.write(f"expect failed: {f}\n")
+        sys.stderr.write(printable(f"expect failed: {f}") + "\n")
     return 1 if failures else 0

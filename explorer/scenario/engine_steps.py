@@ -16,15 +16,26 @@ from __future__ import annotations
 
 from typing import Any
 
+from explorer.core.errors import SchedulingError
 from explorer.core.metrics import CachingMetrics, PrefixCacheStats
 from explorer.core.request import EngineCoreEventType, LoRARequest, Request
 from explorer.core.sched.config import SchedulerConfig
 from explorer.core.sched.engine_core import EngineStep, make_engine_core
+from explorer.core.sched.kv_connector.static import StaticConnector
 from explorer.core.sched.output import EngineCoreOutputs, KVEventCollector
+from explorer.scenario.connector import held, make_connector
 from explorer.scenario.recorder import GROUP_0, StepError, StepRecorder, block_hasher, hashed_since, new_manager
 from explorer.scenario.snapshot import Snapshots
 from explorer.scenario.spec import Op, Scenario
-from explorer.scenario.trace import EngineStepRecord, Scheduled, Snapshot, Step, Trace, with_expectations
+from explorer.scenario.trace import (
+    ConnectorReport,
+    EngineStepRecord,
+    Scheduled,
+    Snapshot,
+    Step,
+    Trace,
+    with_expectations,
+)
 
 
 class SchedRecorder(StepRecorder):
@@ -34,6 +45,7 @@ class SchedRecorder(StepRecorder):
         super().clear()
         self.batch: list[Scheduled] = []
         self.preemptions: list[tuple[str, str]] = []
+        self.connector: list[ConnectorReport] = []
 
     def on_scheduled(
         self, request_id: str, num_tokens: int, num_computed_tokens: int, is_prefill_chunk: bool, num_placeholders: int
@@ -42,6 +54,16 @@ class SchedRecorder(StepRecorder):
 
     def on_preempted(self, request_id: str, reason: str) -> None:
         self.preemptions.append((request_id, reason))
+
+    def on_external_lookup(self, request_id: str, num_local: int, num_external: int | None, load_async: bool) -> None:
+        self.connector.append(ConnectorReport("lookup", request_id, num_local, num_external, load_async))
+
+    def on_kv_load_done(self, request_id: str, num_computed_tokens: int, failed: bool) -> None:
+        self.connector.append(ConnectorReport("loaded", request_id, num_tokens=num_computed_tokens, failed=failed))
+
+    def on_kv_load_failed(self, request_id: str, num_valid_tokens: int, evicted_block_ids: tuple[int, ...]) -> None:
+        report = ConnectorReport("failed", request_id, num_tokens=num_valid_tokens, evicted=evicted_block_ids)
+        self.connector.append(report)
 
 
 class ExportedTotals:
@@ -82,7 +104,7 @@ class EngineStepReplay:
         self.scenario = scenario
         self.record = record
         cfg = scenario.engine
-        self.ctx, self.hasher = block_hasher(cfg, hash_seed)
+        self.ctx, self.hasher = block_hasher(cfg, hash_seed, scenario.connector is not None)
         self.recorder = SchedRecorder(cfg.block_size) if record else None
         self.manager = new_manager(cfg, self.recorder)
         s = scenario.sched
@@ -90,7 +112,9 @@ class EngineStepReplay:
             s.max_num_batched_tokens, s.max_num_seqs, s.long_prefill_token_threshold, s.scheduler == "async"
         )
         self.publisher = KVEventCollector()
-        self.engine_core = make_engine_core(self.manager, config, self.publisher)
+        self.connector, worker = make_connector(scenario.connector)
+        self.engine_core = make_engine_core(self.manager, config, self.publisher, self.connector, worker)
+        self.external_totals = PrefixCacheStats()  # the connector's, summed likewise
         self._snapshots = Snapshots(self.manager, GROUP_0)
         self.scheduler = self.engine_core.scheduler
         self.arrived: set[str] = set()
@@ -105,7 +129,10 @@ class EngineStepReplay:
         if self.recorder is not None:
             self.recorder.clear()
         out: dict[str, Any] = {"ok": True}
-        getattr(self, f"_op_{op.op}")(op, out)
+        try:
+            getattr(self, f"_op_{op.op}")(op, out)
+        except SchedulingError as e:  # what vLLM would raise on, or cannot replay: bad input
+            raise self._fail(op, op.op, str(e)) from None
         step = Step(
             index=op.index,
             op=op,
@@ -134,6 +161,8 @@ class EngineStepReplay:
         req = Request(
             op.id, op.prompt, self.hasher, lora, op.cache_salt, (), op.prompt_logprobs, max_tokens=len(op.output)
         )
+        if isinstance(self.connector, StaticConnector):  # a reused id holds only what it says now
+            self.connector.hold(op.id, held(op.ext))
         self.engine_core.add_request(req, op.output)
         self.arrived.add(op.id)
         if self.record:
@@ -151,6 +180,8 @@ class EngineStepReplay:
             self.totals.add(stats)
             self.window.observe(stats)
             step_stats = stats.as_dict()
+            if outs.scheduler_stats.connector_prefix_cache_stats is not None:
+                self.external_totals.add(outs.scheduler_stats.connector_prefix_cache_stats)
         if outs is not None:
             self.exported.add(outs)
         rec = self.recorder
@@ -164,6 +195,8 @@ class EngineStepReplay:
             step_stats=step_stats,
             batch=() if rec is None else tuple(rec.batch),
             preemption_reasons=() if rec is None else tuple(rec.preemptions),
+            external=None if self.connector is None else ({} if scheduled is None else dict(scheduled.external)),
+            connector=() if rec is None else tuple(rec.connector),
             update=outs,
             metrics=self.exported.expectable(self.window),
         )
@@ -190,7 +223,13 @@ class EngineStepReplay:
         pending = self.manager.prefix_cache_stats
         if pending is not None:
             totals.add(pending)
-        return totals.as_dict()
+        if self.connector is None:
+            return totals.as_dict()
+        ext = PrefixCacheStats()
+        ext.add(self.external_totals)
+        if self.scheduler.connector_prefix_cache_stats is not None:
+            ext.add(self.scheduler.connector_prefix_cache_stats)
+        return {**totals.as_dict(), **{f"external_{k}": v for k, v in ext.as_dict().items()}}
 
     def snapshot(self) -> Snapshot:
         return self._snapshots.take(self.scheduler.requests.values(), self.stats_so_far(), self.window)

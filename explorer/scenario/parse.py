@@ -21,6 +21,7 @@ from typing import Any
 from explorer.core.hashing import HASH_ALGOS
 from explorer.errors import BadInput, read_user_file
 from explorer.scenario.budget import SizeBudget
+from explorer.scenario.parse_connector import check_expects, check_step_arrive, parse_connector
 from explorer.scenario.spec import (
     CLI_LIMITS,
     ENGINE_DEFAULTS,
@@ -95,9 +96,9 @@ def _engine(ctx: _Ctx, raw: Any, limits: Limits) -> EngineConfig:
         raw = {}
     if not isinstance(raw, Mapping):
         raise ctx.fail("engine", "expected a table")
-    unknown = set(raw) - set(ENGINE_DEFAULTS) - set(SCHED_DEFAULTS)
+    unknown = set(raw) - set(ENGINE_DEFAULTS) - set(SCHED_DEFAULTS) - {"kv_connector"}
     if unknown:
-        known = ", ".join([*ENGINE_DEFAULTS, *SCHED_DEFAULTS])
+        known = ", ".join([*ENGINE_DEFAULTS, *SCHED_DEFAULTS, "kv_connector"])
         raise ctx.fail("engine", f"unknown key {sorted(unknown)[0]!r} (known: {known})")
     v = {**ENGINE_DEFAULTS, **raw}
     block_size = _int(ctx, "engine.block_size", v["block_size"], 1, MAX_BLOCK_SIZE)
@@ -204,7 +205,9 @@ def _expect(ctx: _Ctx, where: str, op: str, raw: Any) -> dict[str, Any]:
     return dict(raw)
 
 
-def _step(ctx: _Ctx, i: int, raw: Any, loras: _LoraRegistry, budget: SizeBudget, engine_steps: bool = False) -> Op:
+def _step(
+    ctx: _Ctx, i: int, raw: Any, loras: _LoraRegistry, budget: SizeBudget, engine_steps: bool = False, kv=None
+) -> Op:
     if not isinstance(raw, Mapping):
         raise ctx.fail(f"step {i + 1}", "expected a table")
     op = raw.get("op")
@@ -242,13 +245,9 @@ def _step(ctx: _Ctx, i: int, raw: Any, loras: _LoraRegistry, budget: SizeBudget,
         if not engine_steps:
             return arrive
         output = _tokens(ctx, f"{label}: output", raw["output"], budget, "sample", rid)
-        if not output:
-            raise ctx.fail(f"{label}: output", "no tokens (max_tokens = len(output) must be at least 1)")
-        cap = budget.engine.max_model_len
-        if len(arrive.prompt) + len(output) > cap:
-            n = len(arrive.prompt) + len(output)
-            raise ctx.fail(f"{label}: output", f"prompt + output = {n:,} tokens, more than max_model_len = {cap:,}")
-        return replace(arrive, output=output)
+        p, bs, cap = arrive.prompt, budget.engine.block_size, budget.engine.max_model_len
+        ext = check_step_arrive(ctx.fail, label, raw, kv, p, output, bs, cap, arrive.prompt_logprobs)
+        return replace(arrive, output=output, ext=ext)
     if op == "admit":
         tokens = _int(ctx, f"{label}: tokens", raw["tokens"], 1) if "tokens" in raw else None
         return Op(i, op, rid, tokens=tokens, note=note, expect=expect)
@@ -318,15 +317,15 @@ class StepParser:
     ids carry over from step to step). The random scenario generator builds through it."""
 
     def __init__(
-        self, source: str, engine: EngineConfig, limits: Limits = CLI_LIMITS, engine_steps: bool = False
+        self, source: str, engine: EngineConfig, limits: Limits = CLI_LIMITS, engine_steps: bool = False, kv=None
     ) -> None:
         self._ctx = _Ctx(source)
         self._loras = _LoraRegistry()
         self.budget = SizeBudget(engine, limits)
-        self._engine_steps = engine_steps
+        self._engine_steps, self._kv = engine_steps, kv
 
     def parse(self, index: int, raw: Any) -> Op:
-        return _step(self._ctx, index, raw, self._loras, self.budget, self._engine_steps)
+        return _step(self._ctx, index, raw, self._loras, self.budget, self._engine_steps, self._kv)
 
 
 def parse_scenario_dict(data: Mapping[str, Any], source: str = "<scenario>", limits: Limits = CLI_LIMITS) -> Scenario:
@@ -350,9 +349,10 @@ def parse_scenario_dict(data: Mapping[str, Any], source: str = "<scenario>", lim
         raise ctx.fail("steps", f"{len(steps):,} steps, more than the limit {limits.max_steps:,}")
     engine_steps = is_engine_step_scenario(steps)
     sched = parse_sched(ctx.fail, data.get("engine"), engine_steps, engine.max_model_len)
-    parser = StepParser(source, engine, limits, engine_steps)
-    ops = tuple(parser.parse(i, s) for i, s in enumerate(steps))
-    return Scenario(title, engine, ops, source, description, tuple(dict(s) for s in steps), sched)
+    kv = parse_connector(ctx.fail, data.get("engine"), engine_steps)  # design section 10
+    parser = StepParser(source, engine, limits, engine_steps, kv)
+    ops = tuple(check_expects(ctx.fail, parser.parse(i, s), kv) for i, s in enumerate(steps))
+    return Scenario(title, engine, ops, source, description, tuple(dict(s) for s in steps), sched, kv)
 
 
 def parse_scenario_text(text: str, source: str = "<scenario>", limits: Limits = CLI_LIMITS) -> Scenario:

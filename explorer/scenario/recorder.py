@@ -30,12 +30,13 @@ GROUP_0 = 0
 
 
 def block_hasher(
-    cfg: EngineConfig, hash_seed: str | None
+    cfg: EngineConfig, hash_seed: str | None, connector: bool = False
 ) -> tuple[HashContext | None, Callable[[Request], list[BlockHash]] | None]:
-    """The engine's NONE_HASH context and request block hasher; none with caching off.
+    """The engine's NONE_HASH context and request block hasher; none with caching off and no
+    KV connector (vLLM's EngineCore builds it for either, core.py:225-234).
     ``hash_seed`` overrides the scenario's: the resolved (maybe drawn) seed of an earlier
     replay, so that replaying again gives the same hashes."""
-    if not cfg.enable_prefix_caching:
+    if not cfg.enable_prefix_caching and not connector:
         return None, None
     seed = hash_seed if hash_seed is not None else (cfg.hash_seed or None)
     ctx = init_none_hash(cfg.hash_algo, seed)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from explorer.core.hashing import resolve_none_hash_seed
+from explorer.scenario.parse_connector import ARRIVE_KEYS, EXPECT_STATS, ConnectorSpec, ExternalSpec
 from explorer.scenario.step_spec import METRIC_EXPECT_TYPES, STEP_EXPECT_KEYS, SchedSpec
 
 # Engine-step scenarios (design section 7) add `step` and `abort`; step_spec.py says which op
@@ -15,7 +16,9 @@ OPS = ("arrive", "admit", "sample", "decode", "generate", "finish", "preempt", "
 
 # Keys each op accepts besides `op`, `note` and `expect`.
 OP_KEYS: dict[str, frozenset[str]] = {
-    "arrive": frozenset({"id", "prompt", "text", "lora", "lora_path", "cache_salt", "mm", "prompt_logprobs", "output"}),
+    "arrive": frozenset(
+        {"id", "prompt", "text", "lora", "lora_path", "cache_salt", "mm", "prompt_logprobs", "output", *ARRIVE_KEYS}
+    ),
     "admit": frozenset({"id", "tokens"}),
     "sample": frozenset({"id", "tokens"}),
     "decode": frozenset({"id"}),
@@ -38,7 +41,7 @@ _STATS_KEYS = (
 _COMMON_EXPECT = frozenset({"ok", "num_free_blocks", "free_queue", "event_types", *_STATS_KEYS})
 # `expect` keys per op: a key for a field the op does not report is bad input.
 EXPECT_KEYS: dict[str, frozenset[str]] = {
-    op: (_COMMON_EXPECT - {"ok"}) | STEP_EXPECT_KEYS
+    op: (_COMMON_EXPECT - {"ok"}) | STEP_EXPECT_KEYS | set(EXPECT_STATS)
     if op == "step"
     else _COMMON_EXPECT
     | ({"hit_tokens"} if op == "admit" else set())
@@ -64,6 +67,7 @@ EXPECT_TYPES: dict[str, str] = {
     "scheduled": "a table of integers",
     "preempted": "an array of strings",
     "finished": "an array of strings",
+    **{k: "an integer" for k in EXPECT_STATS},  # with a KV connector (design section 10)
     **METRIC_EXPECT_TYPES,
 }
 
@@ -166,6 +170,7 @@ class Op:
     running: bool = False
     output: tuple[int, ...] | None = None  # engine-step arrive: the tokens the model samples
     external: bool | None = None  # engine-step reset: reset_connector
+    ext: ExternalSpec | None = None  # engine-step arrive: what the static KV connector holds
     note: str | None = None
     expect: Mapping[str, Any] = field(default_factory=dict)
 
@@ -197,6 +202,8 @@ class Op:
             if self.output is not None:  # engine-step arrive: no images
                 del d["mm"]
                 d["output"] = list(self.output)
+                if self.ext is not None:
+                    d.update(self.ext.as_dict())
         elif self.op == "admit":
             d["tokens"] = self.tokens
         elif self.op in ("sample", "generate"):
@@ -216,10 +223,13 @@ class Scenario:
     raw_steps: tuple[Mapping[str, Any], ...] = ()
     # The scheduler keys of an engine-step scenario; None for a manager-level one.
     sched: SchedSpec | None = None
+    # The KV connector of an engine-step scenario (design section 10); None: none.
+    connector: ConnectorSpec | None = None
 
     def engine_dict(self) -> dict[str, Any]:
         """The [engine] table: the engine keys, and the scheduler keys of an engine-step scenario."""
-        return {**self.engine.as_dict(), **(self.sched.as_dict() if self.sched is not None else {})}
+        kv = {} if self.connector is None else {"kv_connector": self.connector.as_dict()}
+        return {**self.engine.as_dict(), **(self.sched.as_dict() if self.sched is not None else {}), **kv}
 
     def normalized(self, hash_seed: str | None) -> dict[str, Any]:
         engine = self.engine_dict()

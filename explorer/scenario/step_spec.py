@@ -13,11 +13,12 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from explorer.core.errors import BadInput
+from explorer.scenario.parse_connector import ARRIVE_KEYS
 
 SCHEDULERS = ("async", "sync")
 MANAGER_ONLY_OPS = ("admit", "sample", "decode", "generate", "finish", "preempt")
 # Keys only an engine-step scenario's ops take, per op.
-STEP_ONLY_KEYS = {"arrive": "output", "reset": "external"}
+STEP_ONLY_KEYS = {"arrive": ("output", *ARRIVE_KEYS), "reset": ("external",)}
 # Keys an engine-step `arrive` refuses: vLLM's scheduler mirror runs text-only requests.
 STEP_REFUSED_ARRIVE_KEYS = ("text", "mm")
 # `expect` keys on what vLLM's metrics export after a step (design section 11): the counters'
@@ -105,7 +106,7 @@ def kind_error(op: str, keys: set[str], engine_steps: bool) -> tuple[str, str] |
         return None
     if op == "abort":
         return "op", "`abort` belongs to engine-step scenarios (add a `step` op); a manager-level one uses `finish`"
-    only = STEP_ONLY_KEYS.get(op)
-    if only is not None and only in keys:
-        return only, "only an engine-step scenario (one with a `step` op) takes this key"
+    for only in STEP_ONLY_KEYS.get(op, ()):
+        if only in keys:
+            return only, "only an engine-step scenario (one with a `step` op) takes this key"
     return None

@@ -118,6 +118,24 @@ class Scheduled:
 
 
 @dataclass(frozen=True)
+class ConnectorReport:
+    """What the scheduler reported about the KV connector in a step (design section 10):
+    ``lookup`` (the local hit, the connector's offer after it, None: it cannot tell yet, and
+    whether it loads asynchronously), ``loaded`` (an async load finished: cached up to
+    ``num_tokens``, ``failed`` after invalid blocks), ``failed`` (a load reported invalid blocks:
+    ``num_tokens`` stay valid, ``evicted`` lost their hashes)."""
+
+    kind: str  # "lookup" | "loaded" | "failed"
+    request_id: str
+    num_local_tokens: int = 0
+    num_external_tokens: int | None = 0
+    load_async: bool = False
+    num_tokens: int = 0
+    failed: bool = False
+    evicted: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class EngineStepRecord:
     """What a `step` op did (design section 7): the batch this call scheduled, the outputs of
     the update it ran, who finished, the update's prefix-cache stats (None: no update ran),
@@ -129,6 +147,9 @@ class EngineStepRecord:
     step_stats: Mapping[str, int] | None
     batch: tuple[Scheduled, ...] = ()
     preemption_reasons: tuple[tuple[str, str], ...] = ()  # (request id, why), in order
+    # With a KV connector: every connector allocation of the step, {id: external tokens}.
+    external: Mapping[str, int] | None = None
+    connector: tuple[ConnectorReport, ...] = ()  # in a recorded replay, in report order
     # The update's own report (EngineCoreOutputs: per-request outputs with their prefill stats
     # and events, and the SchedulerStats); None when no update ran. Metrics are recorded from it.
     update: EngineCoreOutputs | None = None
@@ -177,6 +198,8 @@ class Step:
             d["preempted"] = list(self.preempted)
             d["finished"] = list(es.finished)
             d["step_stats"] = None if es.step_stats is None else dict(es.step_stats)
+            if es.external is not None:
+                d["external"] = dict(es.external)
         return d
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -130,15 +131,35 @@ class ReplayCache:
         self._entries.clear()
 
 
+# Seconds after a session's release at which its memory is handed back again: a script run of
+# the ended session may still be finishing (Streamlit stops a run only at its next call into
+# Streamlit), and the replay it was building is freed only when that run ends.
+TRIM_AGAIN_AFTER_S = (2.0, 10.0, 30.0)
+
+
 def release_cache(cache: ReplayCache) -> None:
     """A session ended: drop its replays and hand the freed memory back to the system.
 
     Python's own small-object allocator keeps an arena while any object in it lives, so a
     replay's million small tuples leave the server's resident size high after they are freed;
     the app is meant to run with ``PYTHONMALLOC=malloc`` (``make run`` does), where they come
-    from the C allocator, and glibc's ``malloc_trim`` returns the freed pages at once."""
+    from the C allocator, and glibc's ``malloc_trim`` returns the freed pages. It runs now and
+    again a few times later, for what the session's last script run frees when it ends."""
     cache.clear()
+    trim_heap()
+    for delay in TRIM_AGAIN_AFTER_S:
+        timer = threading.Timer(delay, trim_heap)
+        timer.daemon = True
+        timer.start()
+
+
+def trim_heap() -> bool:
+    """Give the C heap's free pages back to the system (glibc's ``malloc_trim``); False where
+    there is no glibc."""
     name = ctypes.util.find_library("c")
-    if name:
-        with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
-            ctypes.CDLL(name).malloc_trim(0)
+    if not name:
+        return False
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to trim
+        ctypes.CDLL(name).malloc_trim(0)
+        return True
+    return False

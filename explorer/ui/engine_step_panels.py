@@ -11,6 +11,7 @@ from explorer.scenario.trace import Trace
 from explorer.ui.explain import engine_step as explain
 from explorer.ui.explain.records import PANEL_TITLES
 from explorer.ui.explain.refs import Ref
+from explorer.ui.external_tier_panel import external_tier_panel
 from explorer.ui.text import esc, paragraph
 from explorer.viz.engine_step_html import (
     batch_table_html,
@@ -82,7 +83,10 @@ def phase_panels(trace: Trace, k: int, changed: set[int], selected: int | None) 
         batch_panel(trace, k)
     before, after = trace.snapshot_at(k - 1), trace.snapshot_at(k)
     eng = trace.scenario.engine
+    external_drawn = False  # the KV connector's panel goes between lookup and allocation
     for p in panels:
+        if not external_drawn and p.key not in ("hashing", "lookup"):
+            external_drawn = external_tier_panel(trace, k) or True
         with st.container(border=True, key=f"px_panel_{p.key}"):
             st.html(
                 f'<div class="px-panel-head" data-px-panel="{p.key}">{p.number} · {esc(p.title)}</div>'
@@ -102,3 +106,5 @@ def phase_panels(trace: Trace, k: int, changed: set[int], selected: int | None) 
                 body = eviction_html(step, before, after, changed, selected, eng.int_block_hashes)
             if body:
                 st.html(body)
+    if not external_drawn:
+        external_tier_panel(trace, k)

@@ -29,20 +29,14 @@ from html import escape
 from typing import Any
 
 from explorer.errors import BadInput
+from explorer.printable import printable
 
 MAX_TEXT = 10_000  # characters of one string shown on a page (a longer one is cut, with its length)
 
-# C0 controls but tab and newline, DEL, C1 controls, lone surrogates, bidi embeddings/overrides/isolates.
-_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _MD_SPECIAL = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation character
 _JOIN = "\u2060"  # WORD JOINER: invisible, and breaks the patterns of GFM's literal links and shortcodes
 _WWW_DOT = re.compile(r"(www)(\\\.)", re.IGNORECASE)
-
-
-def _visible(m: re.Match[str]) -> str:
-    c = ord(m.group(0))
-    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
 
 
 def clean(s: object, limit: int = MAX_TEXT) -> str:
@@ -51,7 +45,7 @@ def clean(s: object, limit: int = MAX_TEXT) -> str:
     cut = len(text) > limit
     if cut:
         text = text[:limit]
-    text = _UNPRINTABLE.sub(_visible, text)
+    text = printable(text)
     if cut:
         text += f"... ({len(s) if isinstance(s, str) else 'more'} characters in all)"
     return text
@@ -82,7 +76,7 @@ def check_text(value: object, what: str) -> Any:
         if isinstance(v, str):
             m = _SURROGATE.search(v)
             if m:
-                raise BadInput(f"{what} holds a lone surrogate ({_visible(m)}), which is not text")
+                raise BadInput(f"{what} holds a lone surrogate ({printable(m.group(0))}), which is not text")
         elif isinstance(v, dict):
             stack.extend(v.keys())
             stack.extend(v.values())

@@ -33,6 +33,7 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "long_prefill_token_threshold": 0,
 }
 ENGINE_STEP_OPS = ("arrive", "step", "abort", "reset")
+EXTERNAL_KEYS = ("external_tokens", "external_load", "load_steps", "invalid_external_blocks")
 MANAGER_OPS = ("admit", "sample", "decode", "generate", "finish", "preempt")
 MAX_SPEC_TOKENS = 1 << 22  # every size has a cap
 _TOKEN_LIMIT = 1 << 31
@@ -75,10 +76,12 @@ def parse_tokens(value: object, what: str) -> list[int]:
 
 def normalize(raw: dict[str, Any]) -> dict[str, Any]:
     """A TOML-shaped engine-step scenario dict -> the normalized scenario the driver reads."""
-    unknown = set(raw.get("engine", {})) - set(ENGINE_DEFAULTS)
+    unknown = set(raw.get("engine", {})) - set(ENGINE_DEFAULTS) - {"kv_connector"}
     if unknown:
         raise ScenarioInputError(f"[engine]: unknown keys {sorted(unknown)}")
     engine = {**ENGINE_DEFAULTS, **raw.get("engine", {})}
+    if "kv_connector" in engine:  # design section 10
+        engine["kv_connector"] = {"kind": "static", "load": "async", "failure_policy": "fail", **engine["kv_connector"]}
     engine["hash_seed"] = engine["hash_seed"] or None
     lora_ids: dict[str, int] = {}
     lora_paths: dict[str, str] = {}
@@ -125,6 +128,7 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
                     "lora": lora_op,
                     "cache_salt": step.get("cache_salt"),
                     "prompt_logprobs": bool(step.get("prompt_logprobs", False)),
+                    **{k: step[k] for k in EXTERNAL_KEYS if k in step},
                 }
             )
     return {"kind": "engine_steps", "engine": engine, "ops": ops}
@@ -241,3 +245,51 @@ def random_raw_scenario(seed: int) -> dict[str, Any]:
 def random_scenario(seed: int) -> dict[str, Any]:
     """The normalized form of ``random_raw_scenario(seed)``."""
     return normalize(random_raw_scenario(seed))
+
+
+def random_connector_raw_scenario(seed: int) -> dict[str, Any]:
+    """``random_raw_scenario`` with a static KV connector (design section 10), TOML-shaped.
+
+    Each request may be held by the store (0 to all of its prompt; a sync load at most all but
+    one token, as vLLM asserts), loaded sync or async, for 1-3 batch outputs; one request of the
+    scenario may report invalid blocks; both failure policies. What vLLM takes from a set is
+    left out, as design section 7 says: at most one abort (two aborted loads could finish
+    together), one request with invalid blocks (two could fail together), and resets without
+    ``running`` (a reset with running while a load holds blocks raises in vLLM).
+    """
+    raw = random_raw_scenario(seed)
+    rng = random.Random(f"engine-steps-connector:{seed}")
+    load = rng.choice(("async", "sync"))
+    raw["engine"]["kv_connector"] = {
+        "kind": "static",
+        "load": load,
+        "failure_policy": rng.choice(("fail", "recompute")),
+    }
+    bs = raw["engine"]["block_size"]
+    invalid_left = 1
+    steps: list[dict[str, Any]] = []
+    aborted = False
+    for step in raw["steps"]:
+        if step["op"] == "abort":
+            if aborted:
+                continue
+            aborted = True
+        if step["op"] == "reset":
+            step = {**step, "running": False, "external": rng.random() < 0.6}
+        if step["op"] == "arrive" and rng.random() < 0.8:
+            n = len(step["prompt"])
+            req_load = rng.choice(("async", "sync")) if rng.random() < 0.3 else load
+            most = n if req_load == "async" else n - 1
+            step = {**step, "external_tokens": rng.randint(0, most) if rng.random() < 0.7 else most}
+            if req_load != load:
+                step["external_load"] = req_load
+            if req_load == "async" and rng.random() < 0.3:
+                step["load_steps"] = rng.randint(1, 3)
+            if invalid_left and rng.random() < 0.25:
+                invalid_left -= 1
+                num_blocks = _cdiv(n + len(step["output"]), bs)
+                step["invalid_external_blocks"] = sorted(rng.sample(range(num_blocks), min(2, num_blocks)))
+        steps.append(step)
+    raw["steps"] = steps
+    raw["title"] = f"random engine steps with a KV connector (seed {seed})"
+    return raw

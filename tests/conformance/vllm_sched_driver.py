@@ -51,6 +51,7 @@ from vllm.config import (  # noqa: E402
     CacheConfig,
     DeviceConfig,
     KVEventsConfig,
+    KVTransferConfig,
     ModelConfig,
     SchedulerConfig,
     VllmConfig,
@@ -62,11 +63,15 @@ from vllm.v1.core.kv_cache_utils import get_block_hash, get_request_block_hasher
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec  # noqa: E402
-from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, ModelRunnerOutput  # noqa: E402
+from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, KVConnectorOutput, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
+# vLLM's KVConnectorFactory imports the test connector by module name (design section 10).
+sys.path.insert(0, str(HERE))
+from vllm_static_connector import StaticWorker  # noqa: E402
+
 STAT_FIELDS = ("requests", "queries", "hits", "preempted_requests", "preempted_queries", "preempted_hits")
 # vllm/config/vllm.py:592-602 (0.31.0): async scheduling with the V1 runner and no pipeline
 # parallelism gives max_concurrent_batches = 2, EngineCore's batch queue size (core.py:214-220).
@@ -128,10 +133,11 @@ class Configs:
             int(eng["max_num_batched_tokens"]),
             int(eng["max_num_seqs"]),
             int(eng["long_prefill_token_threshold"]),
+            _connector_key(eng.get("kv_connector")),
         )
         vc = self._vllm.pop(key, None)
         if vc is None:
-            mml, bs, caching, algo, events, sched, mnbt, seqs, lpt = key
+            mml, bs, caching, algo, events, sched, mnbt, seqs, lpt, kv = key
             if sched not in ("sync", "async"):
                 raise ScenarioError(f"unknown scheduler {sched!r}")
             try:
@@ -151,6 +157,7 @@ class Configs:
                     scheduler_config=sc,
                     cache_config=cc,
                     kv_events_config=KVEventsConfig(enable_kv_cache_events=events, publisher="null"),
+                    kv_transfer_config=_transfer_config(kv),
                 )
             except ValueError as exc:  # pydantic's ValidationError is a ValueError
                 first = next((ln.strip() for ln in str(exc).splitlines() if "error," in ln), str(exc).splitlines()[0])
@@ -165,6 +172,27 @@ class Configs:
 
 
 CONFIGS: Configs | None = None  # built on first use, once per driver process
+
+
+def _connector_key(kv: dict | None) -> tuple | None:
+    if not kv:
+        return None
+    return (kv["kind"], kv.get("failure_policy", "fail"), int(kv.get("cpu_blocks", 0)))
+
+
+def _transfer_config(key: tuple | None) -> KVTransferConfig | None:
+    """engine.kv_connector -> vLLM's KVTransferConfig, kv_role "kv_both" (design section 10)."""
+    if key is None:
+        return None
+    kind, policy, _ = key
+    if kind != "static":
+        raise ScenarioError(f"kv_connector kind {kind!r} is not driven")
+    return KVTransferConfig(
+        kv_connector="ExplorerStaticConnector",
+        kv_connector_module_path="vllm_static_connector",
+        kv_role="kv_both",
+        kv_load_failure_policy=policy,
+    )
 
 
 def _configs() -> Configs:
@@ -221,6 +249,7 @@ class EngineReplay:
         self.max_model_len = int(eng["max_model_len"])
         self.async_sched = eng["scheduler"] == "async"
         caching = bool(eng["enable_prefix_caching"])
+        self.kv = eng.get("kv_connector") or None
 
         # Environment as vLLM reads it, per scenario (see vllm_driver.py).
         os.environ["VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES"] = "1" if eng["int_block_hashes"] else "0"
@@ -235,7 +264,7 @@ class EngineReplay:
         self.hasher = None
         self.none_hash = None
         self.hash_seed = None
-        if caching:
+        if caching or self.kv:  # a connector makes EngineCore build the hasher too
             seed = eng.get("hash_seed")
             if seed is None:
                 os.environ.pop("PYTHONHASHSEED", None)
@@ -271,6 +300,11 @@ class EngineReplay:
         )
         self.recorder = EventRecorder()
         self.sched.kv_event_publisher = self.recorder
+        self.connector = self.sched.connector
+        self.worker = StaticWorker() if self.kv else None
+        self.external_stats = dict.fromkeys(STAT_FIELDS, 0)
+        if self.connector is not None:
+            self._refuse_set_orders()
         # Observe (never change) preemptions in the order vLLM makes them.
         self.preempt_log: list[str] = []
         preempt = self.sched._preempt_request
@@ -292,6 +326,26 @@ class EngineReplay:
         self.arrivals = 0
         self.num_cached_tokens: dict[str, int] = {}  # per request, from its first output
 
+    def _refuse_set_orders(self) -> None:
+        """Orders vLLM takes from a set are not replayable (design section 7): two requests
+        failing a load in one step, two finished loads freeing their blocks together."""
+        sched = self.sched
+        finish, xfer = sched.finish_requests, sched._update_from_kv_xfer_finished
+
+        def finish_requests(request_ids, finished_status):
+            if finished_status == RequestStatus.FINISHED_ERROR and len(request_ids) > 1:
+                raise ScenarioError("two requests fail a KV load in one step (an order from a set)")
+            return finish(request_ids, finished_status)
+
+        def update_from_kv_xfer_finished(output):
+            done = [r for r in output.finished_recving or () if sched.requests[r].is_finished()]
+            if len(done) + len(output.finished_sending or ()) > 1:
+                raise ScenarioError("two finished loads free their blocks in one step (an order from a set)")
+            return xfer(output)
+
+        sched.finish_requests = finish_requests
+        sched._update_from_kv_xfer_finished = update_from_kv_xfer_finished
+
     # ---- the played model runner ----------------------------------------------------------
 
     def _execute(self, so) -> ModelRunnerOutput:
@@ -302,8 +356,13 @@ class EngineReplay:
         L2086-2091) and returns []. Every other request samples position num_computed_tokens,
         i.e. output index num_computed_tokens - num_prompt_tokens.
         """
+        kvo = None
+        if self.worker is not None:
+            finished, invalid = self.worker.execute(so.kv_connector_metadata)
+            kvo = KVConnectorOutput(finished_recving=finished, invalid_block_ids=invalid)
         if so.total_num_scheduled_tokens == 0:
-            return EMPTY_MODEL_RUNNER_OUTPUT
+            # The runner's kv_connector_no_forward (kv_connector_model_runner_mixin.py:25-37).
+            return ModelRunnerOutput.with_kv_conn_output_only(kvo) if kvo is not None else EMPTY_MODEL_RUNNER_OUTPUT
         req_ids = list(so.num_scheduled_tokens)
         sampled: list[list[int]] = []
         for rid in req_ids:
@@ -320,12 +379,17 @@ class EngineReplay:
             req_ids=req_ids,
             req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
             sampled_token_ids=sampled,
+            kv_connector_output=kvo,
         )
 
     def _schedule(self, entry: dict):
         self.preempt_log = []
+        if self.connector is not None:
+            self.connector.allocs = []
         so = self.sched.schedule(False)  # EngineCore._should_throttle_prefills() is False (core.py:625-628)
         entry["scheduled"] = {rid: int(n) for rid, n in so.num_scheduled_tokens.items()}
+        if self.connector is not None:
+            entry["external"] = dict(self.connector.allocs)
         entry["preempted"] = list(self.preempt_log)
         return so, self._execute(so)
 
@@ -345,6 +409,10 @@ class EngineReplay:
                     self.num_cached_tokens[out.request_id] = int(out.prefill_stats.num_cached_tokens)
             if client_outputs.scheduler_stats is not None:
                 stats = client_outputs.scheduler_stats.prefix_cache_stats
+                ext = client_outputs.scheduler_stats.connector_prefix_cache_stats
+                if ext is not None:
+                    for name in STAT_FIELDS:
+                        self.external_stats[name] += getattr(ext, name)
         entry["outputs"] = outputs
         entry["finished"] = finished
         entry["step_stats"] = None if stats is None else _stats_dict(stats)
@@ -395,10 +463,20 @@ class EngineReplay:
         )
         self.outputs[rid] = output
         self.arrived.add(rid)
+        if self.connector is not None:  # what the static store holds for this request
+            load = op.get("external_load", self.kv.get("load", "async"))
+            self.connector.held[rid] = (
+                int(op.get("external_tokens", 0)),
+                load == "async",
+                int(op.get("load_steps", 1)),
+                tuple(int(i) for i in op.get("invalid_external_blocks", ())),
+            )
         self.sched.add_request(req)  # EngineCore.add_request (core.py:486-526)
 
     def op_step(self, op: dict, entry: dict) -> None:
         entry.update(scheduled={}, outputs={}, preempted=[], finished=[], step_stats=None)
+        if self.connector is not None:
+            entry["external"] = {}
         if self.async_sched:
             self._step_with_batch_queue(entry)
         else:
@@ -486,6 +564,10 @@ class EngineReplay:
         # recorded since the last make_stats (an async batch not updated yet).
         pending = mgr.prefix_cache_stats
         stats = {name: self.reported_stats[name] + getattr(pending, name) for name in STAT_FIELDS}
+        if self.connector is not None:
+            ext = self.sched.connector_prefix_cache_stats
+            for name in STAT_FIELDS:
+                stats[f"external_{name}"] = self.external_stats[name] + getattr(ext, name)
         return {
             "free_queue": [blk.block_id for blk in pool.free_block_queue.get_all_free_blocks()],
             "blocks": [

@@ -378,3 +378,24 @@ def test_new_instances_past_the_cap_are_malformed_frames():
         s.feed_live(live(0, [stored(rank)], rank=rank), now=0)
     assert len(s.instances) == 3 and s.malformed == 2 and s.malformed_reasons["instances"] == 2
     assert seqs(s.feed_live(live(1, [], rank=2), now=0)) == [1]  # a known instance goes on
+
+
+def test_hash_budget_is_shared_by_instances_and_given_back_on_removal_and_clear():
+    """A publisher cannot grow the listener without end: at most ``max_hashes`` distinct
+    hashes over all instances; the rest are counted as dropped, and room comes back when a
+    hash's last copy is removed or the instance is cleared."""
+    s = KVEventStream(max_hashes=3)
+    s.feed_live(live(0, [stored(1, 2), stored(2, parent=1)], rank=0), now=0)  # 2 distinct, 3 copies
+    s.feed_live(live(0, [stored(5, 6)], rank=1), now=0)  # one fits, one is dropped
+    a, b = s.instances[("", 0)], s.instances[("", 1)]
+    assert a.hashes == Counter({1: 1, 2: 2}) and b.hashes == Counter({5: 1})
+    assert b.counters()["dropped_hashes"] == 1 and a.counters()["dropped_hashes"] == 0
+    s.feed_live(live(1, [removed(2)], rank=0), now=0)  # one copy of 2 left: no room yet
+    s.feed_live(live(1, [stored(7)], rank=1), now=0)
+    assert 7 not in b.hashes and b.counters()["dropped_hashes"] == 2
+    s.feed_live(live(2, [removed(2)], rank=0), now=0)  # last copy gone: room for one
+    s.feed_live(live(2, [stored(7)], rank=1), now=0)
+    assert b.hashes == Counter({5: 1, 7: 1})
+    s.feed_live(live(3, [cleared()], rank=0), now=0)
+    s.feed_live(live(3, [stored(8, 9)], rank=1), now=0)
+    assert b.hashes == Counter({5: 1, 7: 1, 8: 1}) and s.hash_budget.left == 0

@@ -449,3 +449,19 @@ if __name__ == "__main__":  # a table of every case: its line and the child's pe
             res = run_cli(*make(fs))
             line = res.err_text.strip().replace("\n", " | ")
             sys.stdout.write(f"{name}\texit {res.rc}\t{res.peak_kib / 1024:.0f} MiB\t{line}\n")
+
+
+def test_run_text_shows_control_characters_of_titles_and_ids_as_escapes(tmp_path):
+    """A title or id may hold DEL, ESC or a bidi override (valid TOML escapes): the text form
+    prints them as visible escapes, never as raw bytes a terminal would act on."""
+    f = tmp_path / "ctl.toml"
+    f.write_text(
+        'title = "t\\u001b[31mred\\u007f"\n[engine]\nnum_blocks = 8\nblock_size = 4\n'
+        '[[steps]]\nop = "arrive"\nid = "A\\u202e"\nprompt = "0:8"\n[[steps]]\nop = "admit"\nid = "A\\u202e"\n',
+        encoding="utf-8",
+    )
+    r = run_cli("run", str(f))
+    assert r.rc == 0, r.err_text
+    out = r.stdout.decode("utf-8")
+    assert "t\\x1b[31mred\\x7f" in out and "A\\u202e" in out
+    assert not any(c in out for c in "\x1b\x7f\u202e")

@@ -27,6 +27,9 @@ def test_every_kind_generates_and_its_answer_is_the_replay(kind):
             "free_queue": list(step.snapshot.free_queue),
             "hashed_this_step": [c.block_id for c in step.cached],
             "admission": step.ok,
+            # the connector's allocation for A, and the hashes this step's BlockStored events carry
+            "external_hit": (step.engine_step.external or {}).get("A") if step.engine_step else None,
+            "async_load_events": sum(len(e.block_hashes) for e in step.events if type(e).__name__ == "BlockStored"),
         }[kind]
         assert q.answer == truth, (kind, seed)
         assert q.explanation and q.setup is not None and q.state and q.asked

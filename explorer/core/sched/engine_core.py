@@ -20,10 +20,12 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from explorer.core.errors import SchedulingError
 from explorer.core.kv_cache_manager import KVCacheManager
 from explorer.core.request import Request, RequestStatus
 from explorer.core.sched.async_scheduler import AsyncScheduler
 from explorer.core.sched.config import SchedulerConfig
+from explorer.core.sched.kv_connector.base import ConnectorWorker, KVConnectorBase
 from explorer.core.sched.output import EngineCoreOutputs, KVEventPublisher, ModelRunnerOutput, SchedulerOutput
 from explorer.core.sched.scheduler import Scheduler
 
@@ -31,8 +33,11 @@ from explorer.core.sched.scheduler import Scheduler
 class PlayedModel:
     """Stands in for the model executor: knows what each request will sample."""
 
-    def __init__(self) -> None:
+    def __init__(self, connector_worker: ConnectorWorker | None = None) -> None:
         self.outputs: dict[str, Sequence[int]] = {}
+        # The KV connector's worker side: it reports on every batch, even one with no tokens
+        # (the model runner's kv_connector_no_forward).
+        self.connector_worker = connector_worker
 
     def add_request(self, request_id: str, output: Sequence[int]) -> None:
         self.outputs[request_id] = output
@@ -48,8 +53,18 @@ class PlayedModel:
             if request.is_prefill_chunk:
                 sampled.append([])
             else:
-                sampled.append([self.outputs[req_id][request.num_computed_tokens - request.num_prompt_tokens]])
-        return ModelRunnerOutput(req_ids, {r: i for i, r in enumerate(req_ids)}, sampled)
+                index, output = request.num_computed_tokens - request.num_prompt_tokens, self.outputs[req_id]
+                if not 0 <= index < len(output):
+                    # vLLM can schedule past max_tokens after a dropped stale output (a KV
+                    # connector under async scheduling); the played model has no token there.
+                    raise SchedulingError(
+                        f"the played model was asked for output[{index}] of {req_id!r} ({len(output)} tokens)"
+                    )
+                sampled.append([output[index]])
+        kv_output = None
+        if self.connector_worker is not None:
+            kv_output = self.connector_worker.execute(scheduler_output.kv_connector_metadata)
+        return ModelRunnerOutput(req_ids, {r: i for i, r in enumerate(req_ids)}, sampled, kv_output)
 
 
 @dataclass(frozen=True)
@@ -129,10 +144,15 @@ class EngineCore:
 
 
 def make_engine_core(
-    kv_cache_manager: KVCacheManager, config: SchedulerConfig, kv_event_publisher: KVEventPublisher | None = None
+    kv_cache_manager: KVCacheManager,
+    config: SchedulerConfig,
+    kv_event_publisher: KVEventPublisher | None = None,
+    connector: KVConnectorBase | None = None,
+    connector_worker: ConnectorWorker | None = None,
 ) -> EngineCore:
     """The scheduler vLLM picks for the config (config/scheduler.py:229-236) and its loop:
-    AsyncScheduler with a batch queue of 2 under async scheduling, else Scheduler and step()."""
+    AsyncScheduler with a batch queue of 2 under async scheduling, else Scheduler and step();
+    a KV connector's scheduler side goes to the scheduler, its played worker to the model."""
     scheduler_cls = AsyncScheduler if config.async_scheduling else Scheduler
-    scheduler = scheduler_cls(kv_cache_manager, config, kv_event_publisher)
-    return EngineCore(scheduler, PlayedModel(), 2 if config.async_scheduling else 1)
+    scheduler = scheduler_cls(kv_cache_manager, config, kv_event_publisher, connector=connector)
+    return EngineCore(scheduler, PlayedModel(connector_worker), 2 if config.async_scheduling else 1)

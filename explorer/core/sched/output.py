@@ -3,7 +3,8 @@
 vLLM spreads these over several files; here they sit together, with vLLM's names and only the
 fields prefix caching touches:
 - `SchedulerOutput` (vllm/v1/core/sched/output.py:231-318): the batch ``schedule()`` built;
-- `ModelRunnerOutput` (vllm/v1/outputs.py): the sampled tokens of that batch;
+- `ModelRunnerOutput` (vllm/v1/outputs.py): the sampled tokens of that batch, and the KV
+  connector worker's report;
 - `EngineCoreOutput` / `EngineCoreOutputs` (vllm/v1/engine/__init__.py): what
   ``update_from_output`` reports per request and per step;
 - `SchedulerStats` (vllm/v1/metrics/stats.py:186-216) with its `PrefixCacheStats`;
@@ -41,6 +42,22 @@ class SchedulerOutput:
     # Not a field of vLLM's output: the preemptions this schedule() made, in order (its local
     # ``preempted_reqs``, scheduler.py:579); the replay reports them.
     preempted_reqs: list[str] = field(default_factory=list)
+    # What the KV connector's worker side reads this step (build_connector_meta).
+    kv_connector_metadata: object | None = None
+    # Not vLLM's either: every connector allocation of this schedule() (update_state_after_alloc
+    # with its num_external_tokens, 0 for the admission after a load), in order.
+    external: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class KVConnectorOutput:
+    """What the worker side reports with a batch's output (vllm/v1/outputs.py)."""
+
+    finished_sending: set[str] = field(default_factory=set)
+    finished_recving: set[str] = field(default_factory=set)
+    invalid_block_ids: set[int] = field(default_factory=set)
+    # the offloading worker's completed job ids (OffloadingWorkerMetadata.completed_jobs)
+    completed_jobs: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -51,6 +68,7 @@ class ModelRunnerOutput:
     req_ids: list[str]
     req_id_to_index: dict[str, int]
     sampled_token_ids: list[list[int]]
+    kv_connector_output: KVConnectorOutput | None = None
 
 
 @dataclass
@@ -72,7 +90,7 @@ class SchedulerStats:
     num_waiting_reqs: int = 0
     kv_cache_usage: float = 0.0
     prefix_cache_stats: PrefixCacheStats = field(default_factory=PrefixCacheStats)
-    # The KV connector's lookups (None without a connector), as vLLM's field of that name.
+    # With a KV connector: its tokens after the local hit (queries) and those it supplied.
     connector_prefix_cache_stats: PrefixCacheStats | None = None
     # Waiting requests deferred by a transient constraint (num_waiting_reqs excludes them).
     num_skipped_waiting_reqs: int = 0

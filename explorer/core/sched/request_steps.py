@@ -46,6 +46,9 @@ class RequestSteps:
         self.kv_cache_manager = kv_cache_manager
         # Requests in the order they became running (a later chunk does not move one).
         self.running: list[Request] = []
+        # How a request's blocks go back: the manager's free, or the scheduler's, which defers
+        # it while a step in flight may still write them (a KV connector, connector_path.py).
+        self.free_blocks: Callable[[Request], None] = kv_cache_manager.free
 
     def lookup(self, request: Request) -> tuple[KVCacheBlocks | None, int]:
         """The local hit of a request that computes from token 0 (empty when it may not read
@@ -61,14 +64,25 @@ class RequestSteps:
         num_new_computed_tokens: int = 0,
         new_computed_blocks: KVCacheBlocks | None = None,
         full_sequence_must_fit: bool = False,
+        num_external_computed_tokens: int = 0,
+        delay_cache_blocks: bool = False,
+        reserved_blocks: int = 0,
     ) -> KVCacheBlocks | None:
         """allocate_slots for an admission after ``lookup``; when it succeeds, a request that
         looked up (computes from token 0) records its stats: at admission only, so a lookup that
-        found no room is not counted (scheduler.py:1252-1256)."""
+        found no room is not counted (scheduler.py:1252-1256). The KV connector's arguments
+        pass through (the scheduler's waiting pass, waiting.py)."""
         did_lookup = request.num_computed_tokens == 0
         mgr = self.kv_cache_manager
         new_blocks = mgr.allocate_slots(
-            request, num_new_tokens, num_new_computed_tokens, new_computed_blocks, full_sequence_must_fit
+            request,
+            num_new_tokens,
+            num_new_computed_tokens,
+            new_computed_blocks,
+            full_sequence_must_fit,
+            num_external_computed_tokens,
+            delay_cache_blocks,
+            reserved_blocks,
         )
         if new_blocks is not None and did_lookup:
             mgr.record_prefix_cache_stats(request, num_new_computed_tokens)
@@ -141,6 +155,6 @@ class RequestSteps:
     def free(self, request: Request) -> None:
         """``free``: the blocks return in reverse order; a running request leaves the queue
         (the scheduler takes a stopped request out of it itself, after its update loop)."""
-        self.kv_cache_manager.free(request)
+        self.free_blocks(request)
         if request.status == RequestStatus.RUNNING:
             self.running.remove(request)

@@ -13,26 +13,32 @@ One engine step is ``schedule()``, the model runs the batch, then ``update_from_
   blocks), stops a request at ``max_tokens`` and frees it, publishes the step's KV events as
   one batch and reports the step's prefix-cache stats.
 
+The waiting pass is in waiting.py, the KV connector's path (async loads, failed loads,
+deferred frees, the connector reset) in connector_path.py, the connectors in kv_connector/.
+
 What vLLM's scheduler also does and this mirror leaves out, because none of it changes a
-prefix-cache decision without its feature: the KV connector, encoder inputs, speculative
-decoding, structured output, LoRA slot limits, the priority policy, pipeline and data
-parallelism, streaming input, Mamba alignment, the watermark (0 by default) and the waiting
-queue of block holders (empty without a connector). Every manager call goes through the
-manager-level `RequestSteps` where the call is the same (lookup, admission, preemption, free,
-reset), so the scenario ops and the scheduler make one set of calls.
+prefix-cache decision without its feature: encoder inputs, structured output, LoRA slot limits,
+the priority policy, pipeline and data parallelism, streaming input, Mamba alignment and the
+watermark (0 by default). Every manager call goes through the manager-level `RequestSteps`
+where the call is the same (lookup, admission, preemption, free, reset), so the scenario ops
+and the scheduler make one set of calls.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from explorer.core.errors import SchedulingError
 from explorer.core.events import KVEventBatch
 from explorer.core.kv_cache_manager import KVCacheManager
+from explorer.core.metrics import PrefixCacheStats
 from explorer.core.request import EngineCoreEventType, Request, RequestStatus
 from explorer.core.sched.config import SchedulerConfig
+from explorer.core.sched.connector_path import holds_kv_blocks
+from explorer.core.sched.finishing import FinishAndReset
+from explorer.core.sched.kv_connector.base import KVConnectorBase
 from explorer.core.sched.output import (
     EngineCoreOutput,
     EngineCoreOutputs,
@@ -44,15 +50,17 @@ from explorer.core.sched.output import (
 )
 from explorer.core.sched.request_steps import RequestSteps
 from explorer.core.sched.utils import check_stop
+from explorer.core.sched.waiting import WaitingPass
 
 
-class Scheduler:
+class Scheduler(WaitingPass, FinishAndReset):
     def __init__(
         self,
         kv_cache_manager: KVCacheManager,
         config: SchedulerConfig,
         kv_event_publisher: KVEventPublisher | None = None,
         clock: Callable[[], float] = time.time,
+        connector: KVConnectorBase | None = None,
     ) -> None:
         config.check(kv_cache_manager.max_model_len)
         self.config = config
@@ -62,6 +70,7 @@ class Scheduler:
         self.max_num_running_reqs = config.max_num_seqs
         self.max_num_scheduled_tokens = config.max_num_batched_tokens
         self.max_model_len = kv_cache_manager.max_model_len
+        self.block_size = kv_cache_manager.block_size
         self.kv_event_publisher: KVEventPublisher = kv_event_publisher or KVEventCollector()
         self.clock = clock
         # req_id -> Request, every request not finished, in arrival order.
@@ -73,6 +82,9 @@ class Scheduler:
         # Finished / preempted since the last schedule() (vLLM keeps sets; order kept here).
         self.finished_req_ids: list[str] = []
         self.reset_preempted_req_ids: list[str] = []
+        # The KV connector (None: none), and the max_concurrent_batches it sees.
+        self._init_connector(connector, 2 if config.async_scheduling else 1)
+        self.request_steps.free_blocks = self._free_request_blocks
 
     # ---- the queues --------------------------------------------------------------------------
 
@@ -81,19 +93,24 @@ class Scheduler:
             raise SchedulingError(f"request {request.request_id!r} needs max_tokens >= 1")
         if request.request_id in self.requests:
             raise SchedulingError(f"request {request.request_id!r} is already held by the scheduler")
-        self.waiting.append(request)
+        (self.kv_holding_waiting if holds_kv_blocks(request) else self.waiting).append(request)
         self.requests[request.request_id] = request
+        if self.connector is not None:
+            self.connector.on_new_request(request)
 
     def get_request_counts(self) -> tuple[int, int]:
-        return len(self.running), len(self.waiting)
+        return len(self.running), len(self.waiting) + len(self.kv_holding_waiting)
 
     def get_num_unfinished_requests(self) -> int:
-        return len(self.running) + len(self.waiting)
+        return sum(self.get_request_counts())
 
     def has_requests(self) -> bool:
         """Unfinished requests, or finished ones the next schedule() must still tell the worker
-        about: a finished request keeps the engine stepping once more (scheduler.py:2747-2772)."""
-        return self.get_num_unfinished_requests() > 0 or bool(self.finished_req_ids)
+        about: a finished request keeps the engine stepping once more, and with a connector so
+        does one whose blocks wait for its load (scheduler.py:2747-2772)."""
+        if self.get_num_unfinished_requests() > 0 or self.finished_req_ids:
+            return True
+        return self.connector is not None and len(self.requests) > self.get_num_unfinished_requests()
 
     # ---- schedule ----------------------------------------------------------------------------
 
@@ -138,12 +155,18 @@ class Scheduler:
                 new_blocks = self.kv_cache_manager.allocate_slots(request, num_new_tokens)
                 if new_blocks is not None:
                     break
+                if self.connector is not None and self.connector.has_pending_block_frees():
+                    break
                 # No room: preempt the lowest-priority request, under FCFS the last running
-                # one, until the allocation succeeds or the request preempted itself (L748-817).
+                # one, until the allocation succeeds or the request preempted itself; not one
+                # whose free would be deferred (L748-817).
                 preempted_req = self.running[-1]
+                if not self._request_blocks_can_be_freed(preempted_req):
+                    break
                 self._preempt_request(
                     preempted_req,
                     f"allocate_slots for {request.request_id} ({num_new_tokens} tokens) found no room",
+                    self.requires_kv_delivery,
                 )
                 preempted_reqs.append(preempted_req)
                 if preempted_req is request:
@@ -157,9 +180,10 @@ class Scheduler:
             req_index += 1
 
         # Next, the WAITING requests, but not in a step that preempted (L872-1344).
+        external: dict[str, int] = {}
         if not preempted_reqs:
             self._schedule_waiting(
-                token_budget, threshold, num_scheduled_tokens, scheduled_new_reqs, scheduled_resumed_reqs
+                token_budget, threshold, num_scheduled_tokens, scheduled_new_reqs, scheduled_resumed_reqs, external
             )
 
         total_num_scheduled_tokens = sum(num_scheduled_tokens.values())
@@ -174,7 +198,12 @@ class Scheduler:
             finished_req_ids=self.finished_req_ids,
             preempted_req_ids=self.reset_preempted_req_ids,
             preempted_reqs=[r.request_id for r in preempted_reqs],
+            external=external,
         )
+        if self.connector is not None:
+            scheduler_output.kv_connector_metadata = self.connector.build_connector_meta(scheduler_output)
+        if self.defer_block_free and total_num_scheduled_tokens > 0:
+            self.sched_step_seq += 1  # the fence of the blocks this step writes (L1512-1513)
         self._update_after_schedule(scheduler_output)
         if self.observer is not None:
             for req_id, num_tokens in num_scheduled_tokens.items():
@@ -184,71 +213,13 @@ class Scheduler:
                 )
         return scheduler_output
 
-    def _schedule_waiting(
-        self,
-        token_budget: int,
-        threshold: int,
-        num_scheduled_tokens: dict[str, int],
-        scheduled_new_reqs: list[Request],
-        scheduled_resumed_reqs: list[Request],
-    ) -> None:
-        """Admit waiting requests in FCFS order while the budget and max_num_seqs allow; the
-        first one that does not fit ends the scan (`break`: FCFS is kept)."""
-        skipped: list[Request] = []
-        while token_budget > 0 and self.waiting:
-            if len(self.running) >= self.max_num_running_reqs:
-                break
-            request = self.waiting[0]
-            # Async: a preempted request whose output is still in flight waits for it, since
-            # resuming now could sample a position that output later delivers (L905-910).
-            if request.num_stale_output_tokens and not request.drop_stale_output:
-                skipped.append(self.waiting.popleft())
-                continue
-
-            # The local prefix-cache hit, for a request computing from token 0 (L929-941;
-            # a preempted request looks its output tokens up too).
-            new_computed_blocks, num_new_local_computed_tokens = self.request_steps.lookup(request)
-            num_computed_tokens = request.num_computed_tokens + num_new_local_computed_tokens
-            # The first scheduled prefill's stats, not a resumed one's (L1033-1039).
-            if request.prefill_stats is not None and request.num_preemptions <= 0:
-                request.prefill_stats.set(request.num_prompt_tokens, num_new_local_computed_tokens, 0)
-            # `num_tokens`, not the prompt: a resumed request recomputes its outputs (L1081-1084).
-            num_new_tokens = request.num_tokens - num_computed_tokens
-            if 0 < threshold < num_new_tokens:
-                num_new_tokens = threshold
-            num_new_tokens = min(num_new_tokens, token_budget)
-            assert num_new_tokens > 0
-
-            # The whole sequence must fit, not only this chunk (scheduler_reserve_full_isl,
-            # on by default, L1207-1222); stats are recorded only at admission (L1252-1256).
-            new_blocks = self.request_steps.allocate(
-                request,
-                num_new_tokens,
-                num_new_local_computed_tokens,
-                new_computed_blocks,
-                full_sequence_must_fit=True,
-            )
-            if new_blocks is None:
-                break
-
-            self.waiting.popleft()
-            if request.status == RequestStatus.WAITING:
-                scheduled_new_reqs.append(request)
-            else:
-                scheduled_resumed_reqs.append(request)
-            num_scheduled_tokens[request.request_id] = num_new_tokens
-            token_budget -= num_new_tokens
-            self.request_steps.set_running(request)
-            request.num_computed_tokens = num_computed_tokens
-        # Skipped requests go back to the front, in their order (L1341-1344).
-        self.waiting.extendleft(reversed(skipped))
-
     def _preempt_request(self, request: Request, reason: str, drop_stale_output: bool = False) -> None:
         """Free the request's blocks and put it at the front of the waiting queue (L1538-1581).
         Async: output still in flight becomes stale; it is delivered later (or dropped, after
         a reset) without touching the counters reset here."""
         assert request.status == RequestStatus.RUNNING, "only running requests can be preempted"
         self.request_steps.preempt(request)  # free, num_computed_tokens = 0, one more preemption
+        self._inflight_prefills.pop(request, None)
         request.drop_stale_output = drop_stale_output or (
             request.drop_stale_output and request.num_stale_output_tokens > 0
         )
@@ -267,9 +238,13 @@ class Scheduler:
             request = self.requests[req_id]
             request.num_computed_tokens += num_tokens
             request.num_in_flight_tokens += num_tokens
+            if self.defer_block_free:
+                request.last_sched_seq = self.sched_step_seq
             request.is_prefill_chunk = request.num_computed_tokens < (
                 request.num_tokens + request.num_output_placeholders
             )
+            if not request.is_prefill_chunk:
+                self._inflight_prefills.pop(request, None)
         self.finished_req_ids = []
         self.reset_preempted_req_ids = []
 
@@ -279,6 +254,16 @@ class Scheduler:
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
     ) -> EngineCoreOutputs:
         sampled_token_ids = model_runner_output.sampled_token_ids
+        kv_output = model_runner_output.kv_connector_output
+        # Every write of this and earlier steps is done: deferred frees may return (L1986-1990).
+        if self.defer_block_free and scheduler_output.total_num_scheduled_tokens > 0:
+            self.processed_step_seq += 1
+            self._drain_deferred_frees()
+        failed_kv_load_req_ids: list[str] = []
+        if kv_output is not None and kv_output.invalid_block_ids:
+            failed_kv_load_req_ids = self._handle_invalid_blocks(
+                kv_output.invalid_block_ids, scheduler_output.num_scheduled_tokens
+            )
         outputs: list[EngineCoreOutput] = []
         stopped_running_reqs: list[Request] = []
         stopped_preempted_reqs: list[Request] = []
@@ -292,6 +277,8 @@ class Scheduler:
                     output_is_stale = True
                     request.num_stale_output_tokens -= num_tokens_scheduled
                     assert request.num_stale_output_tokens >= 0
+            if req_id in failed_kv_load_req_ids:
+                continue  # failed, or to compute again, after a failed KV load
             if request is None or request.is_finished():
                 continue  # finished (aborted) while the model ran it
             if output_is_stale and request.drop_stale_output:
@@ -323,9 +310,25 @@ class Scheduler:
             self.running[:] = [r for r in self.running if r not in stopped_running_reqs]
         if stopped_preempted_reqs:
             self.waiting = deque(r for r in self.waiting if r not in stopped_preempted_reqs)
+            self.kv_holding_waiting = deque(r for r in self.kv_holding_waiting if r not in stopped_preempted_reqs)
 
-        # One KV event batch per step, if anything was queued (L2312-2326).
+        # Under `fail`, the requests a failed load hit end with an error (L2247-2268).
+        if failed_kv_load_req_ids and not self.recompute_kv_load_failures:
+            if len(failed_kv_load_req_ids) > 1:
+                raise SchedulingError(
+                    f"{len(failed_kv_load_req_ids)} requests fail a KV load in one step, in an order vLLM "
+                    "takes from a set: not replayable"
+                )
+            for r in self.finish_requests(failed_kv_load_req_ids, RequestStatus.FINISHED_ERROR):
+                outputs.append(EngineCoreOutput(r.request_id, [], r.get_finished_reason(), None, r.take_events()))
+        if kv_output is not None:
+            self._update_from_kv_xfer_finished(kv_output)
+
+        # One KV event batch per step, if anything was queued; the connector's events follow
+        # the manager's, without a spec kind (L2312-2326).
         events = self.kv_cache_manager.take_events()
+        if self.connector is not None:
+            events.extend(self.connector.take_events())
         if events:
             self.kv_event_publisher.publish(KVEventBatch(ts=self.clock(), events=list(events)))
         return EngineCoreOutputs(outputs, self.make_stats())
@@ -350,46 +353,9 @@ class Scheduler:
         prefix_cache_stats = self.kv_cache_manager.make_prefix_cache_stats()
         if prefix_cache_stats is None:
             return None
+        connector_stats = self.connector_prefix_cache_stats
+        if connector_stats is not None:
+            self.connector_prefix_cache_stats = PrefixCacheStats()
         num_running, num_waiting = self.get_request_counts()
-        return SchedulerStats(num_running, num_waiting, self.kv_cache_manager.usage, prefix_cache_stats)
-
-    # ---- finish, abort, reset ------------------------------------------------------------------
-
-    def finish_requests(self, request_ids: str | Iterable[str], finished_status: RequestStatus) -> list[Request]:
-        """Finish requests from outside (an abort); an unknown or finished id is ignored
-        (L2585-2648). Returns the requests that were finished now."""
-        assert RequestStatus.is_finished(finished_status)
-        ids = (request_ids,) if isinstance(request_ids, str) else tuple(dict.fromkeys(request_ids))
-        valid_requests = [r for r in (self.requests.get(i) for i in ids) if r is not None and not r.is_finished()]
-        running = [r for r in valid_requests if r.status == RequestStatus.RUNNING]
-        waiting = [r for r in valid_requests if r.status != RequestStatus.RUNNING]
-        if running:
-            self.running[:] = [r for r in self.running if r not in running]
-        if waiting:
-            self.waiting = deque(r for r in self.waiting if r not in waiting)
-        for request in valid_requests:
-            request.status = finished_status
-            self._free_request(request)
-        return valid_requests
-
-    def _free_request(self, request: Request) -> None:
-        """The worker hears of it at the next schedule(); the blocks return now (L2650-2685)."""
-        assert request.is_finished()
-        self.finished_req_ids.append(request.request_id)
-        self.request_steps.free(request)
-        del self.requests[request.request_id]
-        if self.observer is not None:
-            self.observer.on_finished(request.request_id, request.status.value)
-
-    def reset_prefix_cache(self, reset_running_requests: bool = False, reset_connector: bool = False) -> bool:
-        """Forget every cached hash (L2774-2827). With ``reset_running_requests`` every running
-        request is preempted first, from the end of the running queue, so they come back in
-        order; their output in flight is dropped. Without a connector, ``reset_connector``
-        resets nothing and does not make the reset fail."""
-        reason = "reset_prefix_cache(reset_running_requests=True)"
-        ok, _ = self.request_steps.reset_prefix_cache(
-            reset_running_requests, lambda r: self._preempt_request(r, reason, drop_stale_output=True)
-        )
-        # With every running request preempted no block is in use, so the reset succeeds.
-        assert ok or not reset_running_requests
-        return ok
+        usage = self.kv_cache_manager.usage
+        return SchedulerStats(num_running, num_waiting, usage, prefix_cache_stats, connector_stats)

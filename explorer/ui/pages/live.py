@@ -21,6 +21,7 @@ from typing import Any
 import streamlit as st
 
 from explorer.errors import BadInput
+from explorer.events.instance import DEFAULT_MAX_HASHES
 from explorer.ui.live_metrics import metrics_section
 from explorer.ui.live_view import ALLOW_ENV, SESSION, EndpointSnap, LiveSession, allowed_hosts, parse_endpoints
 from explorer.ui.text import alert, caption, clean, error, info, label, warning
@@ -132,6 +133,11 @@ def _render_endpoint(snap: EndpointSnap, running: bool) -> None:
                 )
             if inst.counters["unknown_removals"]:
                 extra.append(f"{inst.counters['unknown_removals']} removals of hashes not held")
+            if inst.counters.get("dropped_hashes"):
+                extra.append(
+                    f"{inst.counters['dropped_hashes']:,} stored hashes not kept: the listener holds at most "
+                    f"{DEFAULT_MAX_HASHES:,} distinct hashes"
+                )
             if extra:
                 caption(" · ".join(extra))
             left, right = st.columns(2)

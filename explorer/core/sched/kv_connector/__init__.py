@@ -1,0 +1,1 @@
+"""KV connectors on the scheduler side: the base, the static test store, CPU offloading."""

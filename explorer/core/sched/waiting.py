@@ -1,0 +1,143 @@
+"""The scheduler's waiting pass (vllm/v1/core/sched/scheduler.py:872-1344, 0.31.0).
+
+Moved out of scheduler.py with the KV connector: `WaitingPass._schedule_waiting` admits
+waiting requests in FCFS order while the budget and ``max_num_seqs`` allow, block holders
+(``kv_holding_waiting``: loads in flight or done) first. For a request computing from token 0
+it takes the local hit, then asks the connector for the tokens after it (block aligned): None
+skips the request this step with nothing recorded; an async load allocates the hit and the
+external blocks without caching them and leaves the request ``WAITING_FOR_REMOTE_KVS``; a
+sync load counts the external tokens as computed at once (spec part 2, rules 52-57). The
+first request that does not fit ends the pass (`break`: FCFS is kept).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from explorer.core.kv_cache_manager import KVCacheBlocks
+from explorer.core.request import Request, RequestStatus
+from explorer.core.sched.connector_path import ConnectorPath, holds_kv_blocks
+from explorer.core.sched.request_steps import RequestSteps
+
+
+class WaitingPass(ConnectorPath):
+    request_steps: RequestSteps
+    waiting: deque[Request]
+    max_num_running_reqs: int
+
+    def _schedule_waiting(
+        self,
+        token_budget: int,
+        threshold: int,
+        num_scheduled_tokens: dict[str, int],
+        scheduled_new_reqs: list[Request],
+        scheduled_resumed_reqs: list[Request],
+        external: dict[str, int],
+    ) -> None:
+        skipped_kv_holding: deque[Request] = deque()
+        skipped_waiting: deque[Request] = deque()
+
+        def skip_request(queue: deque[Request]) -> None:
+            r = queue.popleft()
+            (skipped_kv_holding if holds_kv_blocks(r) else skipped_waiting).appendleft(r)
+
+        connector = self.connector
+        while token_budget > 0:
+            queue = self.kv_holding_waiting or self.waiting
+            if not queue or len(self.running) >= self.max_num_running_reqs:
+                break
+            request = queue[0]
+            rid = request.request_id
+            if not self._handle_blocked_waiting_request(request):
+                skip_request(queue)
+                continue
+            # Async: a preempted request whose output is still in flight waits for it, since
+            # resuming now could sample a position that output later delivers (L905-910).
+            if request.num_stale_output_tokens and not request.drop_stale_output:
+                skip_request(queue)
+                continue
+
+            num_external = 0
+            load_kv_async = False
+            queries = hits = 0
+            new_computed_blocks: KVCacheBlocks | None = None
+            num_local = 0
+            if request.num_computed_tokens == 0:
+                # The local hit (L929-941; a preempted request looks its outputs up too), then
+                # the connector with the block-aligned hit (L939-1009).
+                new_computed_blocks, num_local = self.request_steps.lookup(request)
+                if connector is not None:
+                    aligned = num_local - num_local % self.block_size
+                    ext, load_kv_async = connector.get_num_new_matched_tokens(request, aligned)
+                    if request.skip_reading_prefix_cache:
+                        ext, load_kv_async = 0, False
+                    if self.observer is not None:
+                        self.observer.on_external_lookup(rid, num_local, ext, load_kv_async)
+                    if ext is None:
+                        skip_request(queue)  # the connector cannot tell yet: nothing recorded
+                        continue
+                    num_external = ext
+                    queries, hits = request.num_tokens - num_local, num_external
+                num_computed_tokens = num_local + num_external
+                assert num_computed_tokens <= request.num_tokens
+                # The first scheduled prefill's stats, not a resumed one's (L1033-1039).
+                if request.prefill_stats is not None and request.num_preemptions <= 0:
+                    request.prefill_stats.set(request.num_prompt_tokens, num_local, num_external)
+            else:
+                num_computed_tokens = request.num_computed_tokens  # loaded: no lookup, no stats
+
+            if load_kv_async:
+                assert num_external > 0
+                num_new_tokens = 0
+            else:
+                # `num_tokens`, not the prompt: a resumed request recomputes its outputs.
+                num_new_tokens = request.num_tokens - num_computed_tokens
+                if 0 < threshold < num_new_tokens:
+                    num_new_tokens = threshold
+                num_new_tokens = min(num_new_tokens, token_budget)
+                assert num_new_tokens > 0, "a sync KV load must leave a token to compute (L1124)"
+
+            # The whole sequence must fit (scheduler_reserve_full_isl); an async load also leaves
+            # the in-flight prefills their blocks (L1195-1222); stats only at admission.
+            reserved = self._inflight_prefill_reserved_blocks() if load_kv_async else 0
+            new_blocks = self.request_steps.allocate(
+                request,
+                num_new_tokens,
+                num_local,
+                new_computed_blocks,
+                full_sequence_must_fit=True,
+                num_external_computed_tokens=num_external,
+                delay_cache_blocks=load_kv_async,
+                reserved_blocks=reserved,
+            )
+            if new_blocks is None:
+                break
+            if connector is not None:
+                connector.update_state_after_alloc(request, self.kv_cache_manager.get_blocks(rid), num_external)
+                external[rid] = num_external
+                if self.connector_prefix_cache_stats is not None and queries != 0:
+                    self.connector_prefix_cache_stats.record(queries, hits, preempted=request.num_preemptions > 0)
+
+            if load_kv_async:
+                # The blocks are held while the load runs; the request stays waiting (L1258-1287).
+                request.status = RequestStatus.WAITING_FOR_REMOTE_KVS
+                request.num_computed_tokens = num_computed_tokens
+                self._inflight_prefills[request] = None
+                skip_request(queue)
+                continue
+
+            queue.popleft()
+            if request.status == RequestStatus.WAITING:
+                scheduled_new_reqs.append(request)
+            else:
+                assert request.status == RequestStatus.PREEMPTED, request.status
+                scheduled_resumed_reqs.append(request)
+            num_scheduled_tokens[rid] = num_new_tokens
+            token_budget -= num_new_tokens
+            self.request_steps.set_running(request)
+            request.num_computed_tokens = num_computed_tokens
+            if num_computed_tokens + num_new_tokens < request.num_tokens:
+                self._inflight_prefills[request] = None
+        # Skipped requests go back to the front of their queues, in their order (L1341-1344).
+        self.kv_holding_waiting.extendleft(skipped_kv_holding)
+        self.waiting.extendleft(skipped_waiting)
