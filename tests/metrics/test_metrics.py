@@ -12,7 +12,7 @@ import pytest
 
 from explorer.cli import main
 from explorer.metrics.frontend import OutputProcessor
-from explorer.metrics.replay import points, promql, recorder_at, step_rate
+from explorer.metrics.replay import points, promql, recorder_at, step_rate, step_rates
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario
 from tests.metrics.helpers import LESSON, REPO, sample, start_server, wait_for_line
@@ -168,3 +168,11 @@ def test_serve_on_a_port_in_use_is_bad_input(capsys):
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
     assert proc.returncode == 0
+
+
+@pytest.mark.parametrize("path", ENGINE_STEP_FILES, ids=lambda p: p.stem)
+def test_step_rates_is_step_rate_at_every_op(path: Path):
+    pts = points(replay(load_scenario(path), record=False))
+    for n in (1, 2, 5, 1000):
+        assert step_rates(pts, n) == [step_rate(pts, k, n) for k in range(len(pts))]
+        assert step_rates(pts, n, external=True) == [step_rate(pts, k, n, external=True) for k in range(len(pts))]
