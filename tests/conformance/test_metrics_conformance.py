@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import pytest
 
+from explorer.errors import BadInput
 from explorer.metrics.replay import MetricsRecorder
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario, parse_scenario_dict
+from tests.conformance.engine_step_scenarios import random_connector_raw_scenario
 from tests.conformance.exposition_samples import deltas, parse
 from tests.conformance.oracle import VllmOracle
 from tests.conformance.sched_oracle import HERE, golden_paths
@@ -40,6 +42,7 @@ REQUIRED = {
     "vllm:num_requests_waiting",
 }
 RANDOM_SEEDS = range(25)
+CONNECTOR_SEEDS = range(20)
 
 
 class VllmMetricsOracle(VllmOracle):
@@ -128,3 +131,33 @@ def test_random_scenarios_match_vllm_under_both_schedulers(metrics_oracle):
         seen["finished"] += s['vllm:request_prefill_kv_computed_tokens_count{engine="0",model_name="explorer"}']
     assert differing == {}, f"{len(differing)} of {len(scenarios)} scenarios differ: {differing}"
     assert all(v >= 50 for v in seen.values()), seen
+
+
+def test_random_connector_scenarios_match_vllm(metrics_oracle):
+    """The external_* counters, external_kv_transfer and the external window rate with a KV
+    connector (design section 10), under both schedulers; scenarios we refuse are left out."""
+    scenarios = []
+    for seed in CONNECTOR_SEEDS:
+        raw = random_connector_raw_scenario(seed)
+        for sched in ("async", "sync"):
+            raw["engine"]["scheduler"] = sched
+            try:
+                sc = parse_scenario_dict(raw, f"random connector seed {seed} ({sched})")
+                replay(sc, record=False)
+            except BadInput:
+                continue
+            scenarios.append(sc)
+    assert len(scenarios) >= 20
+    answers = metrics_oracle.replay_many(normalized(sc) for sc in scenarios)
+    differing = {}
+    external = 0.0
+    for sc, theirs in zip(scenarios, answers, strict=True):
+        assert "error" not in theirs, (sc.source, theirs)
+        diffs = differences(ours(sc), theirs)
+        if diffs:
+            differing[sc.source] = diffs[:3]
+        external += theirs["final"]["samples"][
+            'vllm:external_prefix_cache_hits_total{engine="0",model_name="explorer"}'
+        ]
+    assert differing == {}, f"{len(differing)} of {len(scenarios)} scenarios differ: {differing}"
+    assert external > 0

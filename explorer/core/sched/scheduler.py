@@ -82,6 +82,8 @@ class Scheduler(WaitingPass, FinishAndReset):
         # Finished / preempted since the last schedule() (vLLM keeps sets; order kept here).
         self.finished_req_ids: list[str] = []
         self.reset_preempted_req_ids: list[str] = []
+        # Waiting requests a schedule() skipped and none has scheduled since (vLLM: a set).
+        self.deferred_waiting: set[str] = set()
         # The KV connector (None: none), and the max_concurrent_batches it sees.
         self._init_connector(connector, 2 if config.async_scheduling else 1)
         self.request_steps.free_blocks = self._free_request_blocks
@@ -310,6 +312,7 @@ class Scheduler(WaitingPass, FinishAndReset):
             self.running[:] = [r for r in self.running if r not in stopped_running_reqs]
         if stopped_preempted_reqs:
             self.waiting = deque(r for r in self.waiting if r not in stopped_preempted_reqs)
+            self.deferred_waiting.difference_update(r.request_id for r in stopped_preempted_reqs)
             self.kv_holding_waiting = deque(r for r in self.kv_holding_waiting if r not in stopped_preempted_reqs)
 
         # Under `fail`, the requests a failed load hit end with an error (L2247-2268).
@@ -357,5 +360,8 @@ class Scheduler(WaitingPass, FinishAndReset):
         if connector_stats is not None:
             self.connector_prefix_cache_stats = PrefixCacheStats()
         num_running, num_waiting = self.get_request_counts()
+        num_deferred = len(self.deferred_waiting)
         usage = self.kv_cache_manager.usage
-        return SchedulerStats(num_running, num_waiting, usage, prefix_cache_stats, connector_stats)
+        return SchedulerStats(
+            num_running, num_waiting - num_deferred, usage, prefix_cache_stats, connector_stats, num_deferred
+        )

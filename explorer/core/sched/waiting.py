@@ -24,6 +24,7 @@ class WaitingPass(ConnectorPath):
     request_steps: RequestSteps
     waiting: deque[Request]
     max_num_running_reqs: int
+    deferred_waiting: set[str]
 
     def _schedule_waiting(
         self,
@@ -39,6 +40,7 @@ class WaitingPass(ConnectorPath):
 
         def skip_request(queue: deque[Request]) -> None:
             r = queue.popleft()
+            self.deferred_waiting.add(r.request_id)  # until it is scheduled (L879, 1291)
             (skipped_kv_holding if holds_kv_blocks(r) else skipped_waiting).appendleft(r)
 
         connector = self.connector
@@ -127,6 +129,7 @@ class WaitingPass(ConnectorPath):
                 continue
 
             queue.popleft()
+            self.deferred_waiting.discard(rid)
             if request.status == RequestStatus.WAITING:
                 scheduled_new_reqs.append(request)
             else:
