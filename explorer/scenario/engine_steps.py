@@ -71,13 +71,17 @@ class ExportedTotals:
     `expect` keys of a step; explorer/metrics exports them (tests/metrics check they agree)."""
 
     def __init__(self) -> None:
-        self.queries = self.hits = self.preemptions = 0
+        self.queries = self.hits = self.preemptions = self.external_queries = self.external_hits = 0
         self.by_source = {"local_compute": 0, "local_cache_hit": 0, "external_kv_transfer": 0}
 
     def add(self, outs: EngineCoreOutputs) -> None:
         if outs.scheduler_stats is not None:
             self.queries += outs.scheduler_stats.prefix_cache_stats.queries
             self.hits += outs.scheduler_stats.prefix_cache_stats.hits
+            connector = outs.scheduler_stats.connector_prefix_cache_stats
+            if connector is not None:
+                self.external_queries += connector.queries
+                self.external_hits += connector.hits
         for o in outs.outputs:
             self.preemptions += sum(e == EngineCoreEventType.PREEMPTED for e in o.events or ())
             if o.prefill_stats is not None:  # the first output's: the first admission's split
@@ -89,6 +93,8 @@ class ExportedTotals:
         return {
             "metric_queries": self.queries,
             "metric_hits": self.hits,
+            "metric_external_queries": self.external_queries,
+            "metric_external_hits": self.external_hits,
             "metric_preemptions": self.preemptions,
             "metric_prompt_tokens_by_source": dict(self.by_source),
             "log_hit_rate": "" if window.empty else f"{window.hit_rate * 100:.1f}%",

@@ -26,6 +26,8 @@ STEP_REFUSED_ARRIVE_KEYS = ("text", "mm")
 METRIC_EXPECT_TYPES = {
     "metric_queries": "an integer",  # vllm:prefix_cache_queries_total
     "metric_hits": "an integer",  # vllm:prefix_cache_hits_total
+    "metric_external_queries": "an integer",  # vllm:external_prefix_cache_queries_total
+    "metric_external_hits": "an integer",  # vllm:external_prefix_cache_hits_total
     "metric_preemptions": "an integer",  # vllm:num_preemptions_total
     "metric_prompt_tokens_by_source": "a table of integers",  # vllm:prompt_tokens_by_source_total
     "log_hit_rate": "a string",  # the log line's "Prefix cache hit rate: X%" ("" while it shows none)

@@ -85,6 +85,8 @@ def test_the_expect_keys_are_the_exported_values(path: Path):
         assert m["metric_queries"] == sample(text, "vllm:prefix_cache_queries_total")
         assert m["metric_hits"] == sample(text, "vllm:prefix_cache_hits_total")
         assert m["metric_preemptions"] == sample(text, "vllm:num_preemptions_total")
+        assert m["metric_external_queries"] == sample(text, "vllm:external_prefix_cache_queries_total")
+        assert m["metric_external_hits"] == sample(text, "vllm:external_prefix_cache_hits_total")
         for source, n in m["metric_prompt_tokens_by_source"].items():
             assert n == sample(text, "vllm:prompt_tokens_by_source_total", by % source)
         line = rec.log().text
