@@ -131,6 +131,32 @@ def test_measurements_are_read_from_json(tmp_path):
     assert load_measurements(tmp_path / "missing") == []
 
 
+def test_the_checked_in_measurements_are_the_readmes_and_the_prefill_docs():
+    """One source: docs/prefill_cpu.json holds the CPU runs; the README's row and docs/prefill.md's
+    table state the figures computed from it (the practice page shows the same file)."""
+    import statistics
+    from pathlib import Path
+
+    from explorer.practice.hit_value import measured_summary
+
+    root = Path(__file__).resolve().parents[2]
+    runs = [m for m in load_measurements(root / "docs") if m["source"] == "prefill_cpu.json"]
+    assert len(runs) == 4
+    for m in runs:
+        assert abs(m["saved_fraction"] - (1 - m["cached_ms"] / m["full_ms"])) < 1e-4
+    saved = statistics.median(m["saved_fraction"] for m in runs)
+    ideal = runs[0]["flop_ideal_fraction"]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    row = next(line for line in readme.splitlines() if "prefill_cpu.json" in line)
+    assert f"saved {saved:.1%} (median of {len(runs)})" in row
+    assert f"**{saved / ideal:.0%} of the FLOP ideal** ({ideal:.1%})" in row
+    summary = measured_summary(runs)
+    assert summary is not None and f"saved {saved:.1%} (median of 4)" in summary
+    doc = (root / "docs" / "prefill.md").read_text(encoding="utf-8")
+    for m in runs:
+        assert f"| {m['full_ms']:,} ms | {m['cached_ms']:,} ms | {m['saved_fraction']:.1%} |" in doc
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_every_question_shows_its_inputs(seed):
     """Each arrival says how its prompt relates to the earlier ones and names its extra keys,

@@ -168,6 +168,6 @@ def metrics_sentence(trace: Trace, k: int) -> str:
     st = snap.stats
     rate = st["hits"] / st["queries"] if st["queries"] else 0.0
     return (
-        f"{st['requests']} admitted requests, {st['queries']:,} query tokens, {st['hits']:,} hit tokens: hit rate {rate:.1%}; "
-        f"window of the last {snap.window_requests} requests: {snap.window_hit_rate:.1%}."
+        f"{counted(st['requests'], 'admitted request')}, {st['queries']:,} query tokens, {st['hits']:,} hit tokens: hit rate {rate:.1%}; "
+        f"window of the last {counted(snap.window_requests, 'request')}: {snap.window_hit_rate:.1%}."
     )
