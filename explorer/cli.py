@@ -288,6 +288,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     lis.set_defaults(func=_lazy("explorer.events.cli", "cmd_listen"), parser=lis)
 
+    m = sub.add_parser("metrics", help="the Prometheus metrics vLLM exports for an engine-step scenario")
+    m.add_argument("scenario")
+    m.add_argument("--serve", type=_int_at_least(0, "a port in [0, 65535]", hi=65535), metavar="PORT")
+    m.add_argument("--pace", type=_number(3600.0, "s"), default=1.0, help="seconds per engine step (1)")
+    m.set_defaults(func=_lazy("explorer.metrics.cli", "cmd_metrics"), parser=m)
+
     b = sub.add_parser(
         "bench", help="our `run --json` and op loop against vLLM's own classes on one long random scenario"
     )

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What the test tiers need beyond the Python venv: Debian's chromium for the browser tests
-# (Playwright drives it; no browser is downloaded) and vLLM 0.31.0 in its own venv as the
-# conformance oracle.
+# (Playwright drives it; no browser is downloaded), Debian's prometheus for the metrics test
+# (it scrapes `explorer metrics --serve`) and vLLM 0.31.0 in its own venv as the conformance
+# oracle.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v chromium >/dev/null 2>&1; then
@@ -9,5 +10,11 @@ if ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi
+if ! command -v prometheus >/dev/null 2>&1; then
+  echo "installing Debian's prometheus for the metrics test"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi
 bash tests/conformance/setup_vllm.sh

@@ -143,6 +143,7 @@ LAYERS = {
     "traffic": 3,
     "prefill": 3,
     "events": 4,
+    "metrics": 4,
     "practice": 4,
     "bench": 4,
     "router": 5,

@@ -16,6 +16,16 @@ from explorer.core.hashing import BlockHash
 from explorer.core.metrics import PrefillStats
 
 
+class EngineCoreEventType(enum.IntEnum):
+    """The request events vLLM attaches to a request's next output (vllm/v1/engine/__init__.py:
+    EngineCoreEventType). Only PREEMPTED is recorded here: QUEUED and SCHEDULED carry
+    timestamps and LoRA states, which no prefix-cache metric reads."""
+
+    QUEUED = 1
+    SCHEDULED = 2
+    PREEMPTED = 3
+
+
 class RequestStatus(enum.Enum):
     """vLLM's statuses (vllm/v1/request.py:370-393) that the mirrored scheduler reaches (no
     grammar, no streaming input); the value is the name in lower case."""
@@ -158,6 +168,8 @@ class Request:
         self.prefill_stats: PrefillStats | None = PrefillStats()
         # speculative decoding: the drafts proposed for its next step, not tokens yet.
         self.spec_token_ids: list[int] = []
+        # events since the last output, which carries them (request.py:337-348).
+        self.events: list[EngineCoreEventType] = []
         self.block_hashes: list[BlockHash] = []
         self._block_hasher = block_hasher
         self.update_block_hashes()
@@ -189,6 +201,15 @@ class Request:
     def take_prefill_stats(self) -> PrefillStats | None:
         prefill_stats, self.prefill_stats = self.prefill_stats, None
         return prefill_stats
+
+    def record_event(self, event_type: EngineCoreEventType) -> None:
+        self.events.append(event_type)
+
+    def take_events(self) -> list[EngineCoreEventType] | None:
+        if not self.events:
+            return None
+        events, self.events = self.events, []
+        return events
 
     def is_finished(self) -> bool:
         return RequestStatus.is_finished(self.status)

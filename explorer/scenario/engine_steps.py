@@ -18,11 +18,11 @@ from typing import Any
 
 from explorer.core.errors import SchedulingError
 from explorer.core.metrics import CachingMetrics, PrefixCacheStats
-from explorer.core.request import LoRARequest, Request
+from explorer.core.request import EngineCoreEventType, LoRARequest, Request
 from explorer.core.sched.config import SchedulerConfig
 from explorer.core.sched.engine_core import EngineStep, make_engine_core
 from explorer.core.sched.kv_connector.static import StaticConnector
-from explorer.core.sched.output import KVEventCollector
+from explorer.core.sched.output import EngineCoreOutputs, KVEventCollector
 from explorer.scenario.connector import held, make_connector
 from explorer.scenario.recorder import (
     GROUP_0,
@@ -74,6 +74,41 @@ class SchedRecorder(StepRecorder):
         self.connector.append(report)
 
 
+class ExportedTotals:
+    """The counters vLLM's stat loggers add up from each update (design section 11), for the
+    `expect` keys of a step; explorer/metrics exports them (tests/metrics check they agree)."""
+
+    def __init__(self) -> None:
+        self.queries = self.hits = self.preemptions = self.external_queries = self.external_hits = 0
+        self.by_source = {"local_compute": 0, "local_cache_hit": 0, "external_kv_transfer": 0}
+
+    def add(self, outs: EngineCoreOutputs) -> None:
+        if outs.scheduler_stats is not None:
+            self.queries += outs.scheduler_stats.prefix_cache_stats.queries
+            self.hits += outs.scheduler_stats.prefix_cache_stats.hits
+            connector = outs.scheduler_stats.connector_prefix_cache_stats
+            if connector is not None:
+                self.external_queries += connector.queries
+                self.external_hits += connector.hits
+        for o in outs.outputs:
+            self.preemptions += sum(e == EngineCoreEventType.PREEMPTED for e in o.events or ())
+            if o.prefill_stats is not None:  # the first output's: the first admission's split
+                self.by_source["local_compute"] += o.prefill_stats.num_computed_tokens
+                self.by_source["local_cache_hit"] += o.prefill_stats.num_local_cached_tokens
+                self.by_source["external_kv_transfer"] += o.prefill_stats.num_external_cached_tokens
+
+    def expectable(self, window: CachingMetrics) -> dict[str, Any]:
+        return {
+            "metric_queries": self.queries,
+            "metric_hits": self.hits,
+            "metric_external_queries": self.external_queries,
+            "metric_external_hits": self.external_hits,
+            "metric_preemptions": self.preemptions,
+            "metric_prompt_tokens_by_source": dict(self.by_source),
+            "log_hit_rate": "" if window.empty else f"{window.hit_rate * 100:.1f}%",
+        }
+
+
 class EngineStepReplay:
     """The engine of an engine-step scenario, driven op by op (same interface as
     `ScenarioEngine`: ``apply``, ``snapshot``, ``trace``)."""
@@ -104,6 +139,7 @@ class EngineStepReplay:
         self.arrived: set[str] = set()
         self.totals = PrefixCacheStats()  # summed over the SchedulerStats of every update
         self.window = CachingMetrics()
+        self.exported = ExportedTotals()
         self.reset_ok: list[bool] = []
 
     # ---- one op ----------------------------------------------------------------------------
@@ -166,6 +202,8 @@ class EngineStepReplay:
             step_stats = stats.as_dict()
             if outs.scheduler_stats.connector_prefix_cache_stats is not None:
                 self.external_totals.add(outs.scheduler_stats.connector_prefix_cache_stats)
+        if outs is not None:
+            self.exported.add(outs)
         rec = self.recorder
         if self.scenario.groups is not None:
             out["hybrid"] = step_fields(self.manager, self.scheduler.request_steps)
@@ -181,6 +219,8 @@ class EngineStepReplay:
             preemption_reasons=() if rec is None else tuple(rec.preemptions),
             external=None if self.connector is None else ({} if scheduled is None else dict(scheduled.external)),
             connector=() if rec is None else tuple(rec.connector),
+            update=outs,
+            metrics=self.exported.expectable(self.window),
         )
 
     def _op_abort(self, op: Op, out: dict[str, Any]) -> None:

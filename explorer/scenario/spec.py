@@ -10,7 +10,7 @@ from explorer.core.hashing import resolve_none_hash_seed
 from explorer.core.sched.speculative import SpeculativeConfig
 from explorer.scenario.parse_connector import ARRIVE_KEYS, EXPECT_STATS, ConnectorSpec, ExternalSpec
 from explorer.scenario.parse_groups import GROUP_EXPECT_KEYS, GroupsSpec
-from explorer.scenario.step_spec import STEP_EXPECT_KEYS, SchedSpec
+from explorer.scenario.step_spec import METRIC_EXPECT_TYPES, STEP_EXPECT_KEYS, SchedSpec
 
 # Engine-step scenarios (design section 7) add `step` and `abort`; step_spec.py says which op
 # and key belongs to which kind of scenario.
@@ -85,6 +85,7 @@ EXPECT_TYPES: dict[str, str] = {
     **{k: "an integer" for k in EXPECT_STATS},  # with a KV connector (design section 10)
     # hybrid groups (design section 8): the kind depends on the op (parse_groups.py)
     **dict.fromkeys(GROUP_EXPECT_KEYS, "checked per op"),
+    **METRIC_EXPECT_TYPES,
 }
 
 
@@ -102,6 +103,8 @@ def value_has_kind(value: Any, kind: str) -> bool:
         return integer(value)
     if kind == "a table of integers":
         return isinstance(value, Mapping) and all(isinstance(k, str) and integer(v) for k, v in value.items())
+    if kind == "a string":
+        return isinstance(value, str)
     if not isinstance(value, list):
         return False
     if kind == "an array of strings":

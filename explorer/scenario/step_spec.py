@@ -21,7 +21,18 @@ MANAGER_ONLY_OPS = ("admit", "sample", "decode", "generate", "finish", "preempt"
 STEP_ONLY_KEYS = {"arrive": ("output", *ARRIVE_KEYS), "reset": ("external",)}
 # Keys an engine-step `arrive` refuses: vLLM's scheduler mirror runs text-only requests.
 STEP_REFUSED_ARRIVE_KEYS = ("text", "mm")
-STEP_EXPECT_KEYS = frozenset({"scheduled", "preempted", "finished"})
+# `expect` keys on what vLLM's metrics export after a step (design section 11): the counters'
+# values and the log line's window rate, recorded from the updates' reports (engine_steps.py).
+METRIC_EXPECT_TYPES = {
+    "metric_queries": "an integer",  # vllm:prefix_cache_queries_total
+    "metric_hits": "an integer",  # vllm:prefix_cache_hits_total
+    "metric_external_queries": "an integer",  # vllm:external_prefix_cache_queries_total
+    "metric_external_hits": "an integer",  # vllm:external_prefix_cache_hits_total
+    "metric_preemptions": "an integer",  # vllm:num_preemptions_total
+    "metric_prompt_tokens_by_source": "a table of integers",  # vllm:prompt_tokens_by_source_total
+    "log_hit_rate": "a string",  # the log line's "Prefix cache hit rate: X%" ("" while it shows none)
+}
+STEP_EXPECT_KEYS = frozenset({"scheduled", "preempted", "finished", *METRIC_EXPECT_TYPES})
 # Every size has a cap: a step budget larger than this is bad input.
 MAX_BUDGET = 1 << 24
 

@@ -15,6 +15,7 @@ from typing import Any
 from explorer.core.events import KVCacheEvent, event_to_json
 from explorer.core.hashing import external_block_hash
 from explorer.core.kv_cache_observer import AdmissionCheck, GroupLookup
+from explorer.core.sched.output import EngineCoreOutputs
 from explorer.scenario.spec import Op, Scenario
 
 
@@ -182,6 +183,11 @@ class EngineStepRecord:
     # With a KV connector: every connector allocation of the step, {id: external tokens}.
     external: Mapping[str, int] | None = None
     connector: tuple[ConnectorReport, ...] = ()  # in a recorded replay, in report order
+    # The update's own report (EngineCoreOutputs: per-request outputs with their prefill stats
+    # and events, and the SchedulerStats); None when no update ran. Metrics are recorded from it.
+    update: EngineCoreOutputs | None = None
+    # What the metrics export after this step (the METRIC_EXPECT_TYPES keys), for `expect`.
+    metrics: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -333,6 +339,7 @@ def with_expectations(step: Step) -> Step:
         actual["scheduled"] = dict(step.engine_step.scheduled)
         actual["preempted"] = list(step.preempted)
         actual["finished"] = list(step.engine_step.finished)
+        actual.update(step.engine_step.metrics or {})
     failures = tuple(
         f"{step.op.label}: expected {key} = {want!r}, got {actual[key]!r}"
         for key, want in step.op.expect.items()

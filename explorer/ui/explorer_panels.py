@@ -19,6 +19,7 @@ from explorer.ui.explain.words import counted
 from explorer.ui.explorer_callbacks import close_history, on_block, on_strip_select
 from explorer.ui.explorer_session import W_BLOCK
 from explorer.ui.history import block_history
+from explorer.ui.metrics_panel import metrics_panel
 from explorer.ui.text import esc, paragraph, warning
 from explorer.viz.chips import grid_mode, legend_html, snap_chip
 from explorer.viz.figures import heat_strip
@@ -246,6 +247,7 @@ def state_views(trace: Trace, k: int, changed: set[int], selected: int | None) -
     with c2:
         st.subheader("Metrics", anchor="metrics")
         _metrics(trace, k)
+    metrics_panel(trace, k)  # engine-step scenarios: what vLLM exports (explorer/ui/metrics_panel.py)
 
     c1, c2 = st.columns(2)
     with c1:

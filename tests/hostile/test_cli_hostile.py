@@ -300,6 +300,12 @@ CASES: list[Case] = [
         ],
         r"20,000,010 blocks in all is more than the 16,777,216 a sweep builds",
     ),
+    # metrics
+    ("metrics-deep-scenario", lambda f: ["metrics", f["deep_arrays.toml"]], r"not valid TOML"),
+    ("metrics-fifo", lambda f: ["metrics", f["fifo"]], r"is a FIFO"),
+    ("metrics-manager-level", lambda f: ["metrics", f["ok.toml"]], r"manager-level scenario"),
+    ("metrics-pace-inf", lambda f: ["metrics", f["ok.toml"], "--pace", "inf"], r"finite"),
+    ("metrics-port-digits", lambda f: ["metrics", f["ok.toml"], "--serve", "٣"], r"ASCII digits"),
     # publish
     (
         "publish-deep-scenario",

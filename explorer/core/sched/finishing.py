@@ -22,6 +22,7 @@ class FinishAndReset(ConnectorPath):
     request_steps: RequestSteps
     waiting: deque[Request]
     finished_req_ids: list[str]
+    deferred_waiting: set[str]
 
     def _preempt_request(self, request: Request, reason: str, drop_stale_output: bool = False) -> None:
         raise NotImplementedError
@@ -39,6 +40,7 @@ class FinishAndReset(ConnectorPath):
         if waiting:
             self.waiting = deque(r for r in self.waiting if r not in waiting)
             self.kv_holding_waiting = deque(r for r in self.kv_holding_waiting if r not in waiting)
+            self.deferred_waiting.difference_update(r.request_id for r in waiting)
         for request in valid_requests:
             # A load still in flight keeps its blocks until the worker reports it (L2637-2645).
             delay_free_blocks = False

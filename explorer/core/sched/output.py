@@ -19,6 +19,7 @@ from typing import Protocol
 
 from explorer.core.events import KVEventBatch
 from explorer.core.metrics import PrefillStats, PrefixCacheStats
+from explorer.core.request import EngineCoreEventType
 
 
 @dataclass
@@ -78,6 +79,7 @@ class EngineCoreOutput:
     new_token_ids: list[int]
     finish_reason: str | None = None  # "stop", "length", "abort", "error" (FinishReason)
     prefill_stats: PrefillStats | None = None  # with the request's first output only
+    events: list[EngineCoreEventType] | None = None  # the request's events since its last output
 
     @property
     def finished(self) -> bool:
@@ -92,6 +94,8 @@ class SchedulerStats:
     prefix_cache_stats: PrefixCacheStats = field(default_factory=PrefixCacheStats)
     # With a KV connector: its tokens after the local hit (queries) and those it supplied.
     connector_prefix_cache_stats: PrefixCacheStats | None = None
+    # Waiting requests deferred by a transient constraint (num_waiting_reqs excludes them).
+    num_skipped_waiting_reqs: int = 0
 
 
 @dataclass

@@ -31,7 +31,7 @@ from explorer.core.errors import SchedulingError
 from explorer.core.events import KVEventBatch
 from explorer.core.kv_cache_manager import KVCacheManager
 from explorer.core.metrics import PrefixCacheStats
-from explorer.core.request import Request, RequestStatus
+from explorer.core.request import EngineCoreEventType, Request, RequestStatus
 from explorer.core.sched.config import SchedulerConfig
 from explorer.core.sched.connector_path import holds_kv_blocks
 from explorer.core.sched.finishing import FinishAndReset
@@ -80,6 +80,8 @@ class Scheduler(WaitingPass, FinishAndReset):
         # Finished / preempted since the last schedule() (vLLM keeps sets; order kept here).
         self.finished_req_ids: list[str] = []
         self.reset_preempted_req_ids: list[str] = []
+        # Waiting requests a schedule() skipped and none has scheduled since (vLLM: a set).
+        self.deferred_waiting: set[str] = set()
         # The KV connector (None: none), and the max_concurrent_batches it sees.
         self._init_connector(connector, 2 if config.async_scheduling else 1)
         self.request_steps.free_blocks = self._free_request_blocks
@@ -229,6 +231,7 @@ class Scheduler(WaitingPass, FinishAndReset):
         )
         request.num_stale_output_tokens = request.num_in_flight_tokens
         request.num_output_placeholders = 0
+        request.record_event(EngineCoreEventType.PREEMPTED)
         self.waiting.appendleft(request)
         self.reset_preempted_req_ids.append(request.request_id)
         if self.observer is not None:
@@ -305,13 +308,16 @@ class Scheduler(WaitingPass, FinishAndReset):
                 else:
                     stopped_preempted_reqs.append(request)
             if new_token_ids or stopped:
-                outputs.append(EngineCoreOutput(req_id, new_token_ids, finish_reason, prefill_stats))
+                outputs.append(
+                    EngineCoreOutput(req_id, new_token_ids, finish_reason, prefill_stats, request.take_events())
+                )
 
         # Remove the stopped requests from the queues (L2234-2242).
         if stopped_running_reqs:
             self.running[:] = [r for r in self.running if r not in stopped_running_reqs]
         if stopped_preempted_reqs:
             self.waiting = deque(r for r in self.waiting if r not in stopped_preempted_reqs)
+            self.deferred_waiting.difference_update(r.request_id for r in stopped_preempted_reqs)
             self.kv_holding_waiting = deque(r for r in self.kv_holding_waiting if r not in stopped_preempted_reqs)
 
         # Under `fail`, the requests a failed load hit end with an error (L2247-2268).
@@ -322,7 +328,7 @@ class Scheduler(WaitingPass, FinishAndReset):
                     "takes from a set: not replayable"
                 )
             for r in self.finish_requests(failed_kv_load_req_ids, RequestStatus.FINISHED_ERROR):
-                outputs.append(EngineCoreOutput(r.request_id, [], r.get_finished_reason()))
+                outputs.append(EngineCoreOutput(r.request_id, [], r.get_finished_reason(), None, r.take_events()))
         if kv_output is not None:
             self._update_from_kv_xfer_finished(kv_output)
 
@@ -359,5 +365,8 @@ class Scheduler(WaitingPass, FinishAndReset):
         if connector_stats is not None:
             self.connector_prefix_cache_stats = PrefixCacheStats()
         num_running, num_waiting = self.get_request_counts()
+        num_deferred = len(self.deferred_waiting)
         usage = self.kv_cache_manager.usage
-        return SchedulerStats(num_running, num_waiting, usage, prefix_cache_stats, connector_stats)
+        return SchedulerStats(
+            num_running, num_waiting - num_deferred, usage, prefix_cache_stats, connector_stats, num_deferred
+        )

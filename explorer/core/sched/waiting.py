@@ -25,6 +25,7 @@ class WaitingPass(ConnectorPath, SpecDecodeMixin):
     request_steps: RequestSteps
     waiting: deque[Request]
     max_num_running_reqs: int
+    deferred_waiting: set[str]
 
     def _schedule_waiting(
         self,
@@ -40,6 +41,7 @@ class WaitingPass(ConnectorPath, SpecDecodeMixin):
 
         def skip_request(queue: deque[Request]) -> None:
             r = queue.popleft()
+            self.deferred_waiting.add(r.request_id)  # until it is scheduled (L879, 1291)
             (skipped_kv_holding if holds_kv_blocks(r) else skipped_waiting).appendleft(r)
 
         connector = self.connector
@@ -134,6 +136,7 @@ class WaitingPass(ConnectorPath, SpecDecodeMixin):
                 continue
 
             queue.popleft()
+            self.deferred_waiting.discard(rid)
             if request.status == RequestStatus.WAITING:
                 scheduled_new_reqs.append(request)
             else:

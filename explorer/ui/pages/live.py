@@ -22,6 +22,7 @@ import streamlit as st
 
 from explorer.errors import BadInput
 from explorer.events.instance import DEFAULT_MAX_HASHES
+from explorer.ui.live_metrics import metrics_section
 from explorer.ui.live_view import ALLOW_ENV, SESSION, EndpointSnap, LiveSession, allowed_hosts, parse_endpoints
 from explorer.ui.text import alert, caption, clean, error, info, label, warning
 
@@ -192,6 +193,8 @@ def render() -> None:
     st.title("Live KV events")
     st.markdown(INTRO)
     allow = allowed_hosts()
+    metrics_section(allow)  # the /metrics scrape beside the events (explorer/ui/live_metrics.py)
+    st.subheader("KV events", anchor="live-events")
     with st.form("live_form", border=True):
         st.text_area(
             "Endpoints (one per line: ENDPOINT [REPLAY_ENDPOINT])",

@@ -1,0 +1,91 @@
+"""vLLM 0.31.0's LoggingStatLogger (vllm/v1/metrics/loggers.py): the periodic "Engine 000: ..."
+line, for one engine.
+
+Where spec part 2 rule 76 and 0.31.0's code differ, the code is followed: ``log()`` resets the
+interval's counters *before* it formats the line, so "Preemptions: N" never appears; the line
+is logged at DEBUG when the interval and the one before it had no throughput at all (the engine
+is idle), else at INFO. The hit rates are the windows of ``CachingMetrics`` over about the last
+1,000 requests, fed by every update's stats; a successful reset empties them. The clock is
+given: a replay's clock advances one pace per engine step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from explorer.core.metrics import CachingMetrics
+from explorer.core.sched.output import SchedulerStats
+from explorer.metrics.frontend import IterationStats
+
+
+@dataclass(frozen=True)
+class LogLine:
+    level: str  # "INFO" or "DEBUG"
+    text: str
+
+
+class LoggingStatLogger:
+    def __init__(self, clock: Callable[[], float], device_type: str = "cuda", engine_index: int = 0) -> None:
+        self.clock = clock
+        self.engine_index = engine_index
+        self.kv_cache_device = "GPU" if device_type == "cuda" else device_type.upper()
+        self._reset(clock())
+        self.last_scheduler_stats = SchedulerStats()
+        self.prefix_caching_metrics = CachingMetrics()
+        self.connector_prefix_caching_metrics = CachingMetrics()
+        self.last_prompt_throughput = 0.0
+        self.last_generation_throughput = 0.0
+        self.engine_is_idle = False
+
+    def _reset(self, now: float) -> None:
+        self.last_log_time = now
+        self.num_prompt_tokens = 0
+        self.num_generation_tokens = 0
+        self.num_preemptions = 0
+
+    def record(self, scheduler_stats: SchedulerStats | None, iteration_stats: IterationStats | None) -> None:
+        if iteration_stats is not None:
+            # Computed tokens: cached and transferred ones are not prompt throughput.
+            self.num_prompt_tokens += iteration_stats.prompt_token_stats.computed
+            self.num_generation_tokens += iteration_stats.num_generation_tokens
+            self.num_preemptions += iteration_stats.num_preempted_reqs
+        if scheduler_stats is not None:
+            self.prefix_caching_metrics.observe(scheduler_stats.prefix_cache_stats)
+            if scheduler_stats.connector_prefix_cache_stats is not None:
+                self.connector_prefix_caching_metrics.observe(scheduler_stats.connector_prefix_cache_stats)
+            self.last_scheduler_stats = scheduler_stats
+
+    def _throughput(self, tokens: int, now: float) -> float:
+        delta = now - self.last_log_time
+        return 0.0 if delta <= 0.0 else float(tokens / delta)
+
+    def log(self) -> LogLine:
+        now = self.clock()
+        prompt = self._throughput(self.num_prompt_tokens, now)
+        generation = self._throughput(self.num_generation_tokens, now)
+        self._reset(now)  # before the line is formatted: num_preemptions is 0 below (0.31.0)
+        self.engine_is_idle = not any(
+            (prompt, generation, self.last_prompt_throughput, self.last_generation_throughput)
+        )
+        self.last_prompt_throughput, self.last_generation_throughput = prompt, generation
+        s = self.last_scheduler_stats
+        parts = [
+            f"Avg prompt throughput: {prompt:.1f} tokens/s",
+            f"Avg generation throughput: {generation:.1f} tokens/s",
+            f"Running: {s.num_running_reqs:d} reqs",
+            f"Waiting: {s.num_waiting_reqs + s.num_skipped_waiting_reqs:d} reqs",
+        ]
+        if s.num_skipped_waiting_reqs > 0:
+            parts.append(f"Deferred: {s.num_skipped_waiting_reqs:d} reqs")
+        if self.num_preemptions > 0:
+            parts.append(f"Preemptions: {self.num_preemptions:d}")
+        parts.append(f"{self.kv_cache_device} KV cache usage: {s.kv_cache_usage * 100:.1f}%")
+        if not self.prefix_caching_metrics.empty:
+            parts.append("Prefix cache hit rate: %.1f%%" % (self.prefix_caching_metrics.hit_rate * 100))
+        if not self.connector_prefix_caching_metrics.empty:
+            parts.append(
+                "External prefix cache hit rate: %.1f%%" % (self.connector_prefix_caching_metrics.hit_rate * 100)
+            )
+        text = f"Engine {self.engine_index:03d}: " + ", ".join(parts)
+        return LogLine("DEBUG" if self.engine_is_idle else "INFO", text)
