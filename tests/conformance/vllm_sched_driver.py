@@ -70,6 +70,7 @@ from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 HERE = Path(__file__).resolve().parent
 # vLLM's KVConnectorFactory imports the test connector by module name (design section 10).
 sys.path.insert(0, str(HERE))
+import vllm_offloading  # noqa: E402
 from vllm_static_connector import StaticWorker  # noqa: E402
 
 STAT_FIELDS = ("requests", "queries", "hits", "preempted_requests", "preempted_queries", "preempted_hits")
@@ -135,6 +136,8 @@ class Configs:
             int(eng["long_prefill_token_threshold"]),
             _connector_key(eng.get("kv_connector")),
         )
+        if key[-1] is not None and key[-1][0] == "offloading":
+            key = (*key[:-1], (*key[-1], int(eng["block_size"])))
         vc = self._vllm.pop(key, None)
         if vc is None:
             mml, bs, caching, algo, events, sched, mnbt, seqs, lpt, kv = key
@@ -184,7 +187,9 @@ def _transfer_config(key: tuple | None) -> KVTransferConfig | None:
     """engine.kv_connector -> vLLM's KVTransferConfig, kv_role "kv_both" (design section 10)."""
     if key is None:
         return None
-    kind, policy, _ = key
+    kind, policy, cpu_blocks = key[:3]
+    if kind == "offloading":  # vLLM's own OffloadingConnector (vllm_offloading.py)
+        return vllm_offloading.transfer_config(policy, cpu_blocks, key[3])
     if kind != "static":
         raise ScenarioError(f"kv_connector kind {kind!r} is not driven")
     return KVTransferConfig(
@@ -301,7 +306,10 @@ class EngineReplay:
         self.recorder = EventRecorder()
         self.sched.kv_event_publisher = self.recorder
         self.connector = self.sched.connector
-        self.worker = StaticWorker() if self.kv else None
+        self.offloading = bool(self.kv) and self.kv["kind"] == "offloading"
+        self.worker = (vllm_offloading.OffloadingWorker() if self.offloading else StaticWorker()) if self.kv else None
+        if self.offloading:
+            vllm_offloading.instrument(self.connector, int(self.kv["cpu_blocks"]))
         self.external_stats = dict.fromkeys(STAT_FIELDS, 0)
         if self.connector is not None:
             self._refuse_set_orders()
@@ -357,7 +365,9 @@ class EngineReplay:
         i.e. output index num_computed_tokens - num_prompt_tokens.
         """
         kvo = None
-        if self.worker is not None:
+        if self.offloading:
+            kvo = self.worker.execute(so.kv_connector_metadata)
+        elif self.worker is not None:
             finished, invalid = self.worker.execute(so.kv_connector_metadata)
             kvo = KVConnectorOutput(finished_recving=finished, invalid_block_ids=invalid)
         if so.total_num_scheduled_tokens == 0:
@@ -463,7 +473,7 @@ class EngineReplay:
         )
         self.outputs[rid] = output
         self.arrived.add(rid)
-        if self.connector is not None:  # what the static store holds for this request
+        if self.connector is not None and not self.offloading:  # what the static store holds
             load = op.get("external_load", self.kv.get("load", "async"))
             self.connector.held[rid] = (
                 int(op.get("external_tokens", 0)),
@@ -587,6 +597,7 @@ class EngineReplay:
                 for rid, req in self.sched.requests.items()
             },
             "stats": stats,
+            **({"cpu_tier": vllm_offloading.cpu_tier(self.connector)} if self.offloading else {}),
             "reset_ok": self.reset_ok,
             "none_hash": self.none_hash,
             "hash_seed": self.hash_seed,
