@@ -9,6 +9,10 @@ to the CPU region's page alignment). The driver plays the worker side (`Offloadi
 
 What the driver adds around vLLM's classes, without changing a decision:
 - every ``update_state_after_alloc`` is recorded (the replay's ``external`` entry);
+- ``SchedulerOutput.finished_req_ids`` is a set: the connector makes the store jobs of
+  requests that finished since the last step, and moves their chunks to the most recently used
+  end, in that set's order. The driver hands them over in the order they finished
+  (``_free_request`` calls), the order the explorer's scheduler keeps;
 - ``CPUOffloadingManager.complete_store`` receives a job's keys as a Python set (the job's
   ``keys``), so the order of its ``BlockStored`` events is the set's order, which depends on the
   process's hash randomization. The driver hands them over in prefix order (each key's position
@@ -41,8 +45,9 @@ def transfer_config(policy: str, cpu_blocks: int, block_size: int) -> KVTransfer
     )
 
 
-def instrument(connector, cpu_blocks: int) -> None:
-    """Check the tier's size, record allocations, fix the set order of complete_store."""
+def instrument(sched, cpu_blocks: int) -> None:
+    """Check the tier's size, record allocations, fix the two orders taken from sets."""
+    connector = sched.connector
     inner = connector.connector_scheduler
     manager = inner.manager
     if manager._num_chunks != cpu_blocks:
@@ -62,6 +67,26 @@ def instrument(connector, cpu_blocks: int) -> None:
         return complete_store(ordered, req_context, success)
 
     manager.complete_store = in_prefix_order
+
+    finish_order: list[str] = []
+    free_request = sched._free_request
+
+    def recorded_free(request, *args, **kwargs):
+        finish_order.append(request.request_id)
+        return free_request(request, *args, **kwargs)
+
+    sched._free_request = recorded_free
+    build_connector_meta = connector.build_connector_meta
+
+    def finished_in_order(scheduler_output):
+        finished = scheduler_output.finished_req_ids
+        ordered = dict.fromkeys(r for r in finish_order if r in finished)
+        assert len(ordered) == len(finished), (ordered, finished)
+        scheduler_output.finished_req_ids = ordered
+        finish_order.clear()
+        return build_connector_meta(scheduler_output)
+
+    connector.build_connector_meta = finished_in_order
 
 
 def cpu_tier(connector) -> list[str]:

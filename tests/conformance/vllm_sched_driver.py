@@ -309,7 +309,7 @@ class EngineReplay:
         self.offloading = bool(self.kv) and self.kv["kind"] == "offloading"
         self.worker = (vllm_offloading.OffloadingWorker() if self.offloading else StaticWorker()) if self.kv else None
         if self.offloading:
-            vllm_offloading.instrument(self.connector, int(self.kv["cpu_blocks"]))
+            vllm_offloading.instrument(self.sched, int(self.kv["cpu_blocks"]))
         self.external_stats = dict.fromkeys(STAT_FIELDS, 0)
         if self.connector is not None:
             self._refuse_set_orders()
