@@ -69,7 +69,9 @@ class SchedRecorder(StepRecorder):
     def on_cpu_store(
         self, request_id: str, hashes: tuple[bytes, ...], evicted: tuple[bytes, ...], refused: bool
     ) -> None:
-        self.connector.append(ConnectorReport("cpu_store", request_id, hashes=hashes, cpu_evicted=evicted, failed=refused))
+        self.connector.append(
+            ConnectorReport("cpu_store", request_id, hashes=hashes, cpu_evicted=evicted, failed=refused)
+        )
 
     def on_cpu_load(self, request_id: str, hashes: tuple[bytes, ...], block_ids: tuple[int, ...]) -> None:
         self.connector.append(ConnectorReport("cpu_load", request_id, hashes=hashes, block_ids=block_ids))

@@ -76,5 +76,13 @@ def test_random_offloading_scenarios_match_vllm(vllm_sched_oracle):
             seen["cpu_events"] += sum(getattr(e, "medium", None) == "CPU" for e in step.events)
         seen["reset_external"] += sum(op.op == "reset" and bool(op.external) for op in sc.ops)
     assert differing == {}, f"{len(differing)} of {len(scs)} scenarios differ: {differing}"
-    for what in ("lookup_none", "cpu_load", "cpu_store", "store_refused", "cpu_evicted", "cpu_events", "reset_external"):
+    for what in (
+        "lookup_none",
+        "cpu_load",
+        "cpu_store",
+        "store_refused",
+        "cpu_evicted",
+        "cpu_events",
+        "reset_external",
+    ):
         assert seen[what] >= 10, seen
