@@ -48,7 +48,7 @@ class SchedulerOutput:
     external: dict[str, int] = field(default_factory=dict)
     # Group 0 of vLLM's req_to_new_blocks: a request admitted from the waiting queue, its whole
     # block table; a running one, the blocks allocate_slots added (NewRequestData.block_ids,
-    # CachedRequestData.new_block_ids).
+    # CachedRequestData.new_block_ids); filled only with a KV connector.
     new_block_ids: dict[str, list[int]] = field(default_factory=dict)
 
 

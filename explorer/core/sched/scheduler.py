@@ -178,7 +178,8 @@ class Scheduler(WaitingPass, FinishAndReset):
                 break
 
             scheduled_running_reqs.append(request)
-            new_block_ids[request.request_id] = new_blocks.get_block_ids_of_group(0)
+            if self.connector is not None:
+                new_block_ids[request.request_id] = new_blocks.get_block_ids_of_group(0)
             num_scheduled_tokens[request.request_id] = num_new_tokens
             token_budget -= num_new_tokens
             req_index += 1
@@ -189,8 +190,9 @@ class Scheduler(WaitingPass, FinishAndReset):
             self._schedule_waiting(
                 token_budget, threshold, num_scheduled_tokens, scheduled_new_reqs, scheduled_resumed_reqs, external
             )
-            for r in (*scheduled_new_reqs, *scheduled_resumed_reqs):
-                new_block_ids[r.request_id] = self.kv_cache_manager.get_blocks(r.request_id).get_block_ids_of_group(0)
+            if self.connector is not None:  # what the connector sees of the step's blocks
+                for r in (*scheduled_new_reqs, *scheduled_resumed_reqs):
+                    new_block_ids[r.request_id] = self.kv_cache_manager.get_block_ids(r.request_id)[0]
 
         total_num_scheduled_tokens = sum(num_scheduled_tokens.values())
         assert total_num_scheduled_tokens <= self.max_num_scheduled_tokens
