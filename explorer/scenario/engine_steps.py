@@ -106,6 +106,7 @@ class EngineStepReplay:
         self.totals = PrefixCacheStats()  # summed over the SchedulerStats of every update
         self.window = CachingMetrics()
         self.reset_ok: list[bool] = []
+        self._cpu_tier: tuple[tuple[bytes, int, int], ...] | None = None
 
     # ---- one op ----------------------------------------------------------------------------
 
@@ -215,6 +216,9 @@ class EngineStepReplay:
         cpu_tier = None
         if isinstance(self.connector, OffloadingConnector):
             cpu_tier = tuple((c.key, c.chunk_id, c.ref_cnt) for c in self.connector.cpu_tier())
+            if cpu_tier == self._cpu_tier:  # unchanged: the snapshots share one tuple
+                cpu_tier = self._cpu_tier
+            self._cpu_tier = cpu_tier
         return self._snapshots.take(self.scheduler.requests.values(), self.stats_so_far(), self.window, cpu_tier)
 
     def trace(self, initial: Snapshot, steps: list[Step]) -> Trace:

@@ -190,3 +190,21 @@ def test_offloading_in_a_manager_level_scenario_is_bad_input():
     )
     with pytest.raises(BadInput, match="only an engine-step scenario"):
         parse_scenario_text(text, "bad.toml")
+
+
+def test_the_snapshot_budget_counts_the_cpu_tier():
+    from explorer.scenario.budget import snapshot_cells
+
+    body = arrive("A", "0:100") + steps(3)
+    with_tier = snapshot_cells(scenario(body, cpu=4), record=True)
+    bigger = snapshot_cells(scenario(body, cpu=64), record=True)
+    # 4 snapshots after A's arrival hold at most 4 chunks (cpu_blocks), then at most A's 6 full blocks.
+    assert bigger - with_tier == 4 * (6 - 4)
+    static = parse_scenario_text(
+        HEAD.format(cpu=4, blocks=10, sched="sync", caching="true").replace(
+            'kind = "offloading", cpu_blocks = 4', 'kind = "static"'
+        )
+        + body,
+        "s.toml",
+    )
+    assert with_tier - snapshot_cells(static, record=True) == 4 * 4
