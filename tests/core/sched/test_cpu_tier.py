@@ -104,3 +104,35 @@ def test_reset_forgets_every_chunk_and_chunk_ids_are_reused():
     assert [c.chunk_id for c in m.lru_order()] == [0, 1]
     stored(m, ctx("C", [b"c0"]), [b"c0"])  # evicts b0; its chunk id is reused
     assert [(c.key, c.chunk_id) for c in m.lru_order()] == [(b"b1", 1), (b"c0", 0)]
+
+
+def test_eviction_always_takes_the_lowest_ranked_evictable_chunks():
+    """Random stores, loads and finishes: each eviction is the n least recently used ready,
+    unpinned chunks outside the store's keys, as the LRU order (``lru_order``) says."""
+    import random
+
+    rng = random.Random(7)
+    m = CPUOffloadingManager(12, enable_events=False)
+    pinned: list[list[bytes]] = []
+    for step in range(3000):
+        ctx_keys = [b"k%d" % i for i in rng.sample(range(40), rng.randint(1, 5))]  # a request's keys differ
+        c = ctx(f"r{step}", ctx_keys)
+        before = m.lru_order()
+        prepared = m.prepare_store(ctx_keys, c)
+        present = {ch.key for ch in before}
+        need = len([k for k in ctx_keys if k not in present]) - (12 - len(before))
+        candidates = [ch.key for ch in before if ch.ref_cnt == 0 and ch.key not in ctx_keys]
+        if prepared is None:
+            assert need > len(candidates)
+        else:
+            assert prepared[1] == candidates[: max(need, 0)]
+            m.complete_store(prepared[0])
+        ready = [ch.key for ch in m.lru_order() if ch.ref_cnt >= 0]
+        if ready and rng.random() < 0.3:
+            keys = rng.sample(ready, min(len(ready), 2))
+            m.prepare_load(keys, c)
+            pinned.append(keys)
+        if pinned and rng.random() < 0.3:
+            m.complete_load(pinned.pop(rng.randrange(len(pinned))))
+        if rng.random() < 0.5:
+            m.on_request_finished(c)

@@ -20,6 +20,7 @@ With events on, each eviction is one removal event and each completed store one 
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum, auto
@@ -90,6 +91,9 @@ class CPUOffloadingManager:
         self.chunks: dict[OffloadKey, ChunkStatus] = {}
         self._ranks: dict[OffloadKey, int] = {}
         self._evictable: set[OffloadKey] = set()
+        # The evictable chunks by rank, lazily: an entry counts only while its key is evictable
+        # with that rank (a key re-ranked or pinned leaves a stale entry behind).
+        self._heap: list[tuple[int, OffloadKey]] = []
         self._next_rank = 0
         self._cache_generation = 0
 
@@ -104,24 +108,45 @@ class CPUOffloadingManager:
             return ChunkStatus(self._num_allocated_chunks - 1)
         return ChunkStatus(self._free_list.pop())
 
+    def _mark_evictable(self, key: OffloadKey) -> None:
+        self._evictable.add(key)
+        heapq.heappush(self._heap, (self._ranks[key], key))
+        if len(self._heap) > max(64, 2 * len(self._evictable)):  # drop the stale entries
+            self._heap = [(self._ranks[k], k) for k in self._evictable]
+            heapq.heapify(self._heap)
+
     def _update_recency(self, keys: Sequence[OffloadKey]) -> None:
         for key in keys:
             if key in self.chunks:
                 self._next_rank += 1
                 self._ranks[key] = self._next_rank
+                if key in self._evictable:
+                    self._mark_evictable(key)
 
     def _evict(self, n: int, protected: set[OffloadKey]) -> list[OffloadKey] | None:
         """The n least recently used evictable chunks outside ``protected``; None (and no
         change) if there are fewer."""
-        candidates = sorted((k for k in self._evictable if k not in protected), key=self._ranks.__getitem__)
-        if len(candidates) < n:
+        chosen: list[tuple[int, OffloadKey]] = []
+        chosen_keys: set[OffloadKey] = set()
+        skipped: list[tuple[int, OffloadKey]] = []
+        while self._heap and len(chosen) < n:
+            rank, key = heapq.heappop(self._heap)
+            if key not in self._evictable or self._ranks.get(key) != rank or key in chosen_keys:
+                continue  # stale (or a second entry of the same key and rank)
+            if key in protected:
+                skipped.append((rank, key))
+            else:
+                chosen.append((rank, key))
+                chosen_keys.add(key)
+        for entry in skipped if len(chosen) == n else skipped + chosen:
+            heapq.heappush(self._heap, entry)
+        if len(chosen) < n:
             return None
-        evicted = candidates[:n]
-        for key in evicted:
+        for _, key in chosen:
             self._evictable.remove(key)
             self._free_list.append(self.chunks.pop(key).chunk_id)
             del self._ranks[key]
-        return evicted
+        return [key for _, key in chosen]
 
     def _access(self, ctx: ReqContext) -> RequestCacheAccess:
         """The request's access record of this cache generation (a new one after a reset)."""
@@ -165,7 +190,7 @@ class CPUOffloadingManager:
             assert chunk.ref_cnt > 0
             chunk.ref_cnt -= 1
             if chunk.ref_cnt == 0:
-                self._evictable.add(key)
+                self._mark_evictable(key)
 
     def prepare_store(
         self, keys: Sequence[OffloadKey], ctx: ReqContext
@@ -201,7 +226,7 @@ class CPUOffloadingManager:
             chunk = self.chunks.get(key)
             if chunk is not None and not chunk.is_ready:
                 chunk.ref_cnt = 0
-                self._evictable.add(key)
+                self._mark_evictable(key)
                 stored.append(key)
         if stored and self.events is not None:
             self.events.append(OffloadingEvent(tuple(stored), removed=False))
@@ -223,6 +248,7 @@ class CPUOffloadingManager:
         self.chunks.clear()
         self._ranks.clear()
         self._evictable.clear()
+        self._heap.clear()
         self._next_rank = 0
         self._cache_generation += 1
         self._free_list.clear()
