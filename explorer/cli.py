@@ -220,23 +220,59 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--json", action="store_true")
     f.set_defaults(func=_lazy("explorer.prefill.cli", "cmd_prefill"), parser=f)
 
-    pub = sub.add_parser("publish", help="publish a scenario's KV events over ZMQ")
-    pub.add_argument("scenario")
-    pub.add_argument("--endpoint", type=_text, required=True)
-    pub.add_argument("--replay-endpoint", type=_text)
-    pub.add_argument("--topic", type=_text, default="")
-    pub.add_argument("--wait", type=_seconds, default=1.0)
-    pub.add_argument("--hold", type=_seconds, default=0.0)
+    pub = sub.add_parser(
+        "publish",
+        help="publish a scenario's KV events over ZMQ",
+        description="Replay a scenario and publish one KV event batch per op that queued events, in vLLM's "
+        "wire format (sequence numbers from 0).",
+    )
+    pub.add_argument("scenario", help="the scenario TOML file to replay")
+    pub.add_argument(
+        "--endpoint",
+        type=_text,
+        required=True,
+        help="where to publish: with * or :: (tcp://*:5557) it binds, as vLLM does; with a host it connects",
+    )
+    pub.add_argument(
+        "--replay-endpoint", type=_text, help="also serve replay requests here (a ROUTER socket; it binds)"
+    )
+    pub.add_argument("--topic", type=_text, default="", help='the topic each batch is sent under (default "")')
+    pub.add_argument(
+        "--wait", type=_seconds, default=1.0, help="seconds to wait before the first batch, so subscribers can join (1)"
+    )
+    pub.add_argument(
+        "--hold", type=_seconds, default=0.0, help="seconds to keep serving replay requests after the last batch (0)"
+    )
     pub.set_defaults(func=_lazy("explorer.events.cli", "cmd_publish"), parser=pub)
 
-    lis = sub.add_parser("listen", help="subscribe to a vLLM KV event stream")
-    lis.add_argument("--endpoint", type=_text, required=True)
-    lis.add_argument("--replay-endpoint", type=_text)
-    lis.add_argument("--bind", action="store_true")
-    lis.add_argument("--topic", type=_text, default="")
-    lis.add_argument("--max-batches", type=_positive_int)
-    lis.add_argument("--timeout", type=_seconds, default=10.0)
-    lis.add_argument("--json", action="store_true")
+    lis = sub.add_parser(
+        "listen",
+        help="subscribe to a vLLM KV event stream",
+        description="Subscribe to a KV event stream (vLLM's or `publish`'s), decode every batch and count gaps, "
+        "replays, losses, malformed frames and restarts.",
+    )
+    lis.add_argument(
+        "--endpoint",
+        type=_text,
+        required=True,
+        help="the publisher's endpoint: connects to it, or binds it with --bind",
+    )
+    lis.add_argument(
+        "--replay-endpoint",
+        type=_text,
+        help="the publisher's replay endpoint: a first batch after seq 0, or a gap, is fetched again from there",
+    )
+    lis.add_argument(
+        "--bind",
+        action="store_true",
+        help="bind the endpoint instead of connecting: for a publisher whose endpoint names a host (it connects)",
+    )
+    lis.add_argument("--topic", type=_text, default="", help='only batches whose topic starts with this (default "")')
+    lis.add_argument("--max-batches", type=_positive_int, help="stop (exit 0) after printing this many batches")
+    lis.add_argument("--timeout", type=_seconds, default=10.0, help="stop (exit 0) after this many idle seconds (10)")
+    lis.add_argument(
+        "--json", action="store_true", help="one JSON line per batch, then a summary line (else readable text)"
+    )
     lis.set_defaults(func=_lazy("explorer.events.cli", "cmd_listen"), parser=lis)
 
     b = sub.add_parser(

@@ -55,6 +55,7 @@ class KVCacheManager:
         use_int_block_hashes: bool = True,
         observer: KVCacheObserver | None = None,
         use_eagle: bool = False,
+        num_prefill_lookahead: int = 0,
     ) -> None:
         if not isinstance(block_size, int) or block_size < 1:
             raise ConfigError(f"block_size must be a positive integer, got {block_size!r}")
@@ -68,6 +69,16 @@ class KVCacheManager:
         self.observer = observer
         self.block_pool = BlockPool(num_blocks, enable_caching, enable_kv_cache_events, use_int_block_hashes, observer)
         self.use_eagle = use_eagle
+        # Speculative decoding (core/sched/speculative.py): the drafter reads this many prefill
+        # tokens ahead, so the last num_prefill_lookahead - 1 computed ones are never cached
+        # (kv_cache_coordinator.py:94, 353-358); multi-module MTP needs blocks that hold them.
+        self.num_prefill_lookahead = num_prefill_lookahead
+        self.num_reprefillable_tokens = max(0, num_prefill_lookahead - 1)
+        if enable_caching and use_eagle and block_size < num_prefill_lookahead:
+            raise ConfigError(
+                f"Multi-module MTP with prefix caching requires scheduler_block_size (={block_size}) "
+                f">= num_speculative_tokens (={num_prefill_lookahead})"
+            )
         self.coordinator = get_kv_cache_coordinator(
             self.block_pool, block_size, enable_caching, observer=observer, use_eagle=use_eagle
         )
@@ -117,8 +128,11 @@ class KVCacheManager:
         num_external_computed_tokens: int = 0,
         delay_cache_blocks: bool = False,
         reserved_blocks: int = 0,
+        num_lookahead_tokens: int = 0,
     ) -> KVCacheBlocks | None:
-        """Slots for ``num_new_tokens`` more tokens after the computed ones and the new hits.
+        """Slots for ``num_new_tokens`` more tokens after the computed ones and the new hits,
+        plus ``num_lookahead_tokens`` slots for a drafter's KV (speculative decoding), which
+        are never cached: the cache cap below stays ``request.num_tokens``.
 
         Returns only the newly allocated blocks, or None (changing nothing) when the free queue
         cannot supply the new blocks plus the free hit blocks. On success the blocks that are
@@ -145,9 +159,16 @@ class KVCacheManager:
             full_num_tokens = min(request.num_tokens, self.max_model_len)
             if not self._fits(request, num_new_tokens, total_computed, full_num_tokens, hit_blocks, True):
                 return None
-        num_tokens_need_slot = min(total_computed + num_new_tokens, self.max_model_len)
+        num_tokens_need_slot = min(total_computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
         if not self._fits(
-            request, num_new_tokens, total_computed, num_tokens_need_slot, hit_blocks, False, reserved_blocks
+            request,
+            num_new_tokens,
+            total_computed,
+            num_tokens_need_slot,
+            hit_blocks,
+            False,
+            reserved_blocks,
+            num_lookahead_tokens,
         ):
             return None
 
@@ -158,8 +179,8 @@ class KVCacheManager:
             coordinator.allocate_external_computed_blocks(rid, num_local_computed + num_external)
         new_blocks = coordinator.allocate_new_blocks(rid, num_tokens_need_slot)
 
-        if self.enable_caching and not delay_cache_blocks:
-            coordinator.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
+        if not delay_cache_blocks:
+            self.cache_blocks(request, min(total_computed + num_new_tokens, request.num_tokens))
         return KVCacheBlocks(new_blocks)
 
     def _fits(
@@ -171,6 +192,7 @@ class KVCacheManager:
         hit_blocks: tuple[list[KVCacheBlock], ...],
         full_sequence: bool,
         reserved_blocks: int = 0,
+        num_lookahead_tokens: int = 0,
     ) -> bool:
         """The capacity check (kv_cache_manager.py:558-576): the new blocks plus the free hit
         blocks must come out of the free queue (less the blocks reserved for others)."""
@@ -191,15 +213,17 @@ class KVCacheManager:
                     num_free,
                     required <= num_free,
                     full_sequence,
+                    num_lookahead_tokens,
                 )
             )
         return required <= num_free
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
         """Hash the blocks full within the first ``num_computed_tokens`` tokens, if caching is
-        on: the async scheduler does it when sampled tokens arrive (kv_cache_manager.py:808-818)."""
+        on: the async scheduler does it when sampled tokens arrive (kv_cache_manager.py:808-818).
+        The last ``num_reprefillable_tokens`` are left out (kv_cache_coordinator.py:353-358)."""
         if self.enable_caching:
-            self.coordinator.cache_blocks(request, num_computed_tokens)
+            self.coordinator.cache_blocks(request, max(0, num_computed_tokens - self.num_reprefillable_tokens))
 
     def free(self, request: Request) -> None:
         self.coordinator.free(request.request_id)

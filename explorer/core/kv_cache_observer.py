@@ -48,6 +48,9 @@ class AdmissionCheck:
     # The scheduler's admission gate (scheduler_reserve_full_isl, kv_cache_manager.py:519-535):
     # the whole sequence so far must fit before the first chunk is allocated.
     full_sequence: bool = False
+    # Speculative decoding: slots past the scheduled tokens for the drafter's KV, included in
+    # num_tokens_need_slot and never cached (spec part 2, rule 73).
+    num_lookahead_tokens: int = 0
 
     @property
     def num_required_blocks(self) -> int:
@@ -67,6 +70,10 @@ class KVCacheObserver:
     def on_lookup_probe(self, group_id: int, block_index: int, block_id: int | None) -> None:
         """``find_longest_cache_hit`` probed hash ``block_index``: a hit on ``block_id``, or
         the first miss (``None``), after which the walk stops."""
+
+    def on_eagle_drop(self, group_id: int, block_index: int, block_id: int) -> None:
+        """EAGLE dropped the last hit block (``block_index``, held by ``block_id``) from the
+        lookup's result: the drafter needs that block's hidden states recomputed (rule 74)."""
 
     def on_admission_check(self, check: AdmissionCheck) -> None:
         """``allocate_slots`` decided whether the request fits."""
@@ -136,3 +143,15 @@ class KVCacheObserver:
 
     def on_cpu_jobs_done(self, stored: tuple[bytes, ...], loaded: tuple[bytes, ...]) -> None:
         """The worker's report: these chunks are now written (ready), these loads are done."""
+
+    # ---- speculative decoding (core/sched/spec_decode.py) ----------------------------------------
+
+    def on_drafts_proposed(self, request_id: str, num_drafts: int) -> None:
+        """The drafter proposed ``num_drafts`` tokens for the request's next step."""
+
+    def on_drafts_verified(
+        self, request_id: str, num_drafts: int, num_accepted: int, placeholders: bool, num_computed_tokens: int
+    ) -> None:
+        """``update_from_output`` verified the ``num_drafts`` drafts scheduled with the request
+        (``placeholders``: the padding of an admission, which stand for nothing): ``num_accepted``
+        were accepted, the rest rolled back, leaving ``num_computed_tokens``."""

@@ -154,6 +154,8 @@ class Request:
         self.last_sched_seq = 0
         # the first prefill's stats, until its first output reports them (request.py:218, 350-355).
         self.prefill_stats: PrefillStats | None = PrefillStats()
+        # speculative decoding: the drafts proposed for its next step, not tokens yet.
+        self.spec_token_ids: list[int] = []
         self.block_hashes: list[BlockHash] = []
         self._block_hasher = block_hasher
         self.update_block_hashes()
@@ -161,6 +163,10 @@ class Request:
     @property
     def num_tokens(self) -> int:
         return len(self.all_token_ids)
+
+    @property
+    def num_tokens_with_spec(self) -> int:
+        return len(self.all_token_ids) + len(self.spec_token_ids)
 
     @property
     def num_output_tokens(self) -> int:

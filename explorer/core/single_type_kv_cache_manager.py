@@ -163,5 +163,7 @@ class FullAttentionManager(SingleTypeKVCacheManager):
 
         hits = find_cached_prefix(block_hashes[: max_length // self.block_size], lookup, on_probe)
         if use_eagle and hits:
+            if observer is not None:
+                observer.on_eagle_drop(gid, len(hits) - 1, hits[-1].block_id)
             hits.pop()
         return hits

@@ -38,9 +38,10 @@ def token_run(start: int, n: int) -> list[int]:
 class ScenarioBuilder:
     """Steps of a practice scenario, with the tokens each request holds (for explanations)."""
 
-    def __init__(self, block_size: int, num_blocks: int) -> None:
+    def __init__(self, block_size: int, num_blocks: int, engine: dict[str, Any] | None = None) -> None:
         self.bs = block_size
         self.nb = num_blocks
+        self.engine = dict(engine or {})  # more engine keys (e.g. `speculative`)
         self.steps: list[dict[str, Any]] = []
         self.tokens: dict[str, list[int]] = {}
         self.extra: dict[str, tuple] = {}
@@ -70,7 +71,12 @@ class ScenarioBuilder:
 
     def scenario(self, title: str, source: str) -> Scenario:
         return parse_scenario_dict(
-            {"title": title, "engine": {"block_size": self.bs, "num_blocks": self.nb}, "steps": self.steps}, source
+            {
+                "title": title,
+                "engine": {"block_size": self.bs, "num_blocks": self.nb, **self.engine},
+                "steps": self.steps,
+            },
+            source,
         )
 
 

@@ -1,4 +1,4 @@
-"""Questions on the KV connector (design section 10; lesson 17): ``external_hit`` (after a
+"""Questions on the KV connector (design section 10; lesson 18): ``external_hit`` (after a
 given local hit, how many tokens does the connector supply?) and ``async_load_events`` (what
 does the step after an async load's admission publish?).
 
@@ -17,7 +17,7 @@ from explorer.scenario.engine import replay
 from explorer.scenario.parse import parse_scenario_dict
 from explorer.scenario.trace import ConnectorReport, Step, Trace
 
-LESSON = "17_external_tier"
+LESSON = "18_external_tier"
 
 
 def _scenario(kind: str, seed: int, engine: dict[str, Any], steps: list[dict[str, Any]]) -> Any:

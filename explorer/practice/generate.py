@@ -7,6 +7,7 @@ Kinds of question:
 - ``hashed_this_step``: which blocks does the pool cache (hash) in this step?
 - ``admission``: does allocate_slots admit this request?
 - ``mistake``: a common interview mistake, shown by a scenario where it gives a wrong number.
+- ``eagle_hit``: how many tokens does this admission hit with EAGLE speculative decoding on?
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from explorer.practice.external import q_async_load_events, q_external_hit
 from explorer.practice.free_queue import q_free_queue, q_next_evicted
 from explorer.practice.hits import q_hit_length, q_mistake
 from explorer.practice.question import KINDS, MAX_SEED, Question
+from explorer.practice.spec_decode import q_eagle_hit
 
 GENERATORS: dict[str, Callable[[int], Question]] = {
     "hit_length": q_hit_length,
@@ -29,6 +31,7 @@ GENERATORS: dict[str, Callable[[int], Question]] = {
     "mistake": q_mistake,
     "external_hit": q_external_hit,
     "async_load_events": q_async_load_events,
+    "eagle_hit": q_eagle_hit,
 }
 
 

@@ -78,3 +78,21 @@ def load_measurements(docs_dir: Path) -> list[dict[str, Any]]:
             elif isinstance(item, list):
                 stack.extend(item)
     return found
+
+
+def measured_summary(measurements: list[dict[str, Any]]) -> str | None:
+    """One line over the checked-in runs of one setting (the README's benchmark row says the same):
+    the median saved fraction, and that median as a share of the FLOP ideal. None when the runs
+    are not all of one model, device, prompt and hit, or carry no saved/ideal fractions."""
+    import statistics
+
+    keys = {(m.get("model"), m.get("device"), m.get("prompt_tokens"), m.get("hit_tokens")) for m in measurements}
+    if len(keys) != 1 or not all("saved_fraction" in m and "flop_ideal_fraction" in m for m in measurements):
+        return None
+    model, device, prompt, hit = keys.pop()
+    saved = statistics.median(float(m["saved_fraction"]) for m in measurements)
+    ideal = statistics.median(float(m["flop_ideal_fraction"]) for m in measurements)
+    return (
+        f"{model} on the {str(device).upper()}, {prompt:,}-token prompt, {hit:,} hit: saved {saved:.1%} (median of "
+        f"{len(measurements)}) of the full prefill = {saved / ideal:.0%} of the FLOP ideal ({ideal:.1%})"
+    )

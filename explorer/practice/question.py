@@ -25,6 +25,7 @@ KINDS: tuple[str, ...] = (
     "mistake",
     "external_hit",
     "async_load_events",
+    "eagle_hit",
 )
 
 KIND_LABELS: dict[str, str] = {
@@ -36,6 +37,7 @@ KIND_LABELS: dict[str, str] = {
     "mistake": "Spot the common mistake",
     "external_hit": "Predict the external hit after the local hit",
     "async_load_events": "Predict what an async load emits, and when",
+    "eagle_hit": "Predict the hit with EAGLE on",
 }
 
 MAX_SEED = 999_999

@@ -95,6 +95,10 @@ def snapshot_cells(scenario: Scenario, record: bool, upto: int | None = None) ->
     ops: tuple[Op, ...] = scenario.ops if upto is None else scenario.ops[:upto]
     live: dict[str, int] = {}
     live_blocks = 0  # sum over live requests of ceil(tokens / block_size)
+    # Per live request: one block more, and with drafts the k draft positions and at most k + 1
+    # lookahead slots past its tokens (design section 9).
+    sp = scenario.speculative
+    extra = 1 + (0 if sp is None else _cdiv(2 * sp.num_speculative_tokens + 1, bs))
     cells = pool  # the initial snapshot
     # The offloading connector's CPU tier (design section 10): at most cpu_blocks chunks, and no
     # more than the full prompt blocks that have arrived.
@@ -120,9 +124,9 @@ def snapshot_cells(scenario: Scenario, record: bool, upto: int | None = None) ->
             else:
                 live[rid] = after
         if record or op.expect:
-            cells += pool + live_blocks + len(live) + cpu_chunks
+            cells += pool + live_blocks + extra * len(live) + cpu_chunks
     if not record:
-        cells += pool + live_blocks + len(live) + cpu_chunks  # the final state
+        cells += pool + live_blocks + extra * len(live) + cpu_chunks  # the final state
     return cells
 
 

@@ -14,6 +14,7 @@ from explorer.numbers import counted
 from explorer.printable import printable
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario
+from explorer.scenario.spec_decode_text import spec_decode_words
 from explorer.scenario.trace import EngineStepRecord, Step, Trace
 
 
@@ -66,6 +67,7 @@ def describe_step(step: Step, block_size: int) -> str:
             parts.append(
                 f"{whole}need {a.num_new_blocks} new + {a.num_evictable_hit_blocks} free hit = {a.num_required_blocks} of {a.num_free_blocks} free: {verdict}"
             )
+    parts.extend(spec_decode_words(step))
     if op.op in ("sample", "generate") and step.hashed:
         parts.append(f"{counted(len(step.hashed), 'new block hash', 'new block hashes')}")
     if step.new_block_ids:

@@ -36,8 +36,11 @@ class ScenarioEngine:
         cfg = scenario.engine
         self.ctx, self.hasher = block_hasher(cfg, hash_seed)
         self.recorder = StepRecorder(cfg.block_size) if record else None
-        self.manager = new_manager(cfg, self.recorder)
-        self.sched = RequestSteps(self.manager)
+        spec = scenario.speculative
+        self.manager = new_manager(cfg, self.recorder, spec)
+        self.sched = RequestSteps(self.manager, 0 if spec is None else spec.num_lookahead_tokens)
+        # Speculative decoding: request id -> drafts its last `decode` verifies, until `sample`.
+        self.drafts: dict[str, int] = {}
         self._snapshots = Snapshots(self.manager, GROUP_0)
         self.requests: dict[str, Request] = {}  # live (not finished), in arrival order
         self.totals = PrefixCacheStats()
@@ -146,6 +149,8 @@ class ScenarioEngine:
         assert isinstance(tokens, tuple)
         self._check_growth(op, req, len(tokens))
         n_before = len(req.block_hashes)
+        if req.request_id in self.drafts:  # the accepted drafts and a bonus token (rule 72)
+            out["num_rejected"] = self.sched.roll_back_rejected(req, self.drafts.pop(req.request_id), len(tokens))
         for t in tokens:
             req.append_output_token_ids(t)
         out["num_sampled"] = len(tokens)
@@ -155,7 +160,15 @@ class ScenarioEngine:
         req = self._need_decodable(op)
         if req.num_tokens == req.num_computed_tokens:
             raise self._fail(op, "id", f"request {op.id!r} has no pending token to decode (sample one first)")
-        new_blocks = self.sched.compute_pending(req)
+        drafts = op.draft_tokens or 0
+        limit = self.scenario.engine.max_model_len
+        if drafts and req.num_tokens + drafts >= limit:  # the input position stays below max_model_len
+            raise self._fail(
+                op, "draft_tokens", f"{req.num_tokens} tokens + {drafts} drafts reach max_model_len = {limit}"
+            )
+        new_blocks = self.sched.compute_pending(req, drafts)
+        if new_blocks is not None and drafts:
+            self.drafts[req.request_id] = drafts
         out["ok"] = new_blocks is not None
         out["new_block_ids"] = self._ids(new_blocks)
 
@@ -197,6 +210,8 @@ class ScenarioEngine:
         self.reset_ok.append(ok)
         out["ok"] = ok
         out["preempted"] = [r.request_id for r in preempted]
+        for r in preempted:
+            self.drafts.pop(r.request_id, None)
 
     # ---- state -----------------------------------------------------------------------------
 

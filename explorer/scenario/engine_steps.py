@@ -91,10 +91,14 @@ class EngineStepReplay:
         cfg = scenario.engine
         self.ctx, self.hasher = block_hasher(cfg, hash_seed, scenario.connector is not None)
         self.recorder = SchedRecorder(cfg.block_size) if record else None
-        self.manager = new_manager(cfg, self.recorder)
+        self.manager = new_manager(cfg, self.recorder, scenario.speculative)
         s = scenario.sched
         config = SchedulerConfig(
-            s.max_num_batched_tokens, s.max_num_seqs, s.long_prefill_token_threshold, s.scheduler == "async"
+            s.max_num_batched_tokens,
+            s.max_num_seqs,
+            s.long_prefill_token_threshold,
+            s.scheduler == "async",
+            scenario.speculative,
         )
         self.publisher = KVEventCollector()
         self.connector, worker = make_connector(scenario.connector, cfg)
@@ -148,7 +152,7 @@ class EngineStepReplay:
         )
         if isinstance(self.connector, StaticConnector):  # a reused id holds only what it says now
             self.connector.hold(op.id, held(op.ext))
-        self.engine_core.add_request(req, op.output)
+        self.engine_core.add_request(req, op.output, op.accepted or ())
         self.arrived.add(op.id)
         if self.record:
             out["hashed"] = hashed_since(req, 0, self.scenario.engine.block_size)

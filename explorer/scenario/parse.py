@@ -1,10 +1,9 @@
 """Scenario files (design section 3): TOML -> a validated `Scenario` of ops.
 
-A scenario is an engine setup plus a list of steps (`arrive`, `admit`, `sample`, `decode`,
-`generate`, `finish`, `preempt`, `reset`). Parsing checks everything that can be checked
-without running the engine: types, unknown keys, token specs, lengths, LoRA paths, image
-placeholders, `expect` keys. Checks that depend on the engine state (is this id live, is
-there anything left to compute) happen during replay, in `explorer.scenario.engine`.
+A scenario is an engine setup plus a list of steps. Parsing checks everything that can be
+checked without running the engine: types, unknown keys, token specs, lengths, LoRA paths,
+image placeholders, `expect` keys (speculative decoding's: parse_spec_decode.py). Checks that
+depend on the engine state (is this id live, anything left to compute) happen during replay.
 
 Every error is a `BadInput` naming the file, the step and the field, e.g.
 ``lessons/03_lookup.toml: step 4 (admit B): tokens: expected a positive integer``.
@@ -12,7 +11,6 @@ Every error is a `BadInput` naming the file, the step and the field, e.g.
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -22,6 +20,8 @@ from explorer.core.hashing import HASH_ALGOS
 from explorer.errors import BadInput, read_user_file
 from explorer.scenario.budget import SizeBudget
 from explorer.scenario.parse_connector import check_expects, check_step_arrive, parse_connector
+from explorer.scenario.parse_spec_decode import SPEC_KEY, apply_spec_ops, parse_speculative
+from explorer.scenario.parse_values import Ctx, read_bool, read_int, read_str, show
 from explorer.scenario.spec import (
     CLI_LIMITS,
     ENGINE_DEFAULTS,
@@ -43,68 +43,22 @@ from explorer.scenario.step_spec import SCHED_DEFAULTS, is_engine_step_scenario,
 from explorer.tokens import parse_token_list, spec_length
 from explorer.toml_read import loads_toml
 
-# ---- parsing ----------------------------------------------------------------------------------
 
-
-class _Ctx:
-    """Error messages that name the file, the step and the field."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def fail(self, where: str, msg: str) -> BadInput:
-        return BadInput(f"{self.source}: {where}: {msg}")
-
-
-def _show(value: Any) -> str:
-    """A value for a message: its repr, cut short (a TOML date or time by its ISO form)."""
-    if isinstance(value, (datetime.date, datetime.time)):  # datetime.datetime is a date
-        return f"the TOML date/time {value.isoformat()}"
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _int(ctx: _Ctx, where: str, value: Any, lo: int, hi: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ctx.fail(where, f"expected an integer, got {_show(value)}")
-    if value < lo or (hi is not None and value > hi):
-        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise ctx.fail(where, f"{value} is out of range: expected an integer {rng}")
-    return value
-
-
-def _bool(ctx: _Ctx, where: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ctx.fail(where, f"expected true or false, got {_show(value)}")
-    return value
-
-
-def _str(ctx: _Ctx, where: str, value: Any, allow_empty: bool = True) -> str:
-    if not isinstance(value, str):
-        raise ctx.fail(where, f"expected a string, got {_show(value)}")
-    if not allow_empty and not value:
-        raise ctx.fail(where, "must not be empty")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as e:  # a lone surrogate: no TOML file, hash or event can hold it
-        raise ctx.fail(where, f"not valid Unicode text (a lone surrogate at character {e.start})") from None
-    return value
-
-
-def _engine(ctx: _Ctx, raw: Any, limits: Limits) -> EngineConfig:
+def _engine(ctx: Ctx, raw: Any, limits: Limits) -> EngineConfig:
     if raw is None:
         raw = {}
     if not isinstance(raw, Mapping):
         raise ctx.fail("engine", "expected a table")
-    unknown = set(raw) - set(ENGINE_DEFAULTS) - set(SCHED_DEFAULTS) - {"kv_connector"}
+    extra = ("kv_connector", SPEC_KEY)
+    unknown = set(raw) - set(ENGINE_DEFAULTS) - set(SCHED_DEFAULTS) - set(extra)
     if unknown:
-        known = ", ".join([*ENGINE_DEFAULTS, *SCHED_DEFAULTS, "kv_connector"])
+        known = ", ".join([*ENGINE_DEFAULTS, *SCHED_DEFAULTS, *extra])
         raise ctx.fail("engine", f"unknown key {sorted(unknown)[0]!r} (known: {known})")
     v = {**ENGINE_DEFAULTS, **raw}
-    block_size = _int(ctx, "engine.block_size", v["block_size"], 1, MAX_BLOCK_SIZE)
-    num_blocks = _int(ctx, "engine.num_blocks", v["num_blocks"], 2, limits.max_blocks)
-    max_model_len = _int(ctx, "engine.max_model_len", v["max_model_len"], 1, MAX_MODEL_LEN)
-    algo = _str(ctx, "engine.hash_algo", v["hash_algo"])
+    block_size = read_int(ctx, "engine.block_size", v["block_size"], 1, MAX_BLOCK_SIZE)
+    num_blocks = read_int(ctx, "engine.num_blocks", v["num_blocks"], 2, limits.max_blocks)
+    max_model_len = read_int(ctx, "engine.max_model_len", v["max_model_len"], 1, MAX_MODEL_LEN)
+    algo = read_str(ctx, "engine.hash_algo", v["hash_algo"])
     if algo not in HASH_ALGOS:
         raise ctx.fail("engine.hash_algo", f"unknown hash algorithm {algo!r} (expected one of {', '.join(HASH_ALGOS)})")
     return EngineConfig(
@@ -112,14 +66,14 @@ def _engine(ctx: _Ctx, raw: Any, limits: Limits) -> EngineConfig:
         num_blocks=num_blocks,
         max_model_len=max_model_len,
         hash_algo=algo,
-        hash_seed=_str(ctx, "engine.hash_seed", v["hash_seed"]),
-        enable_prefix_caching=_bool(ctx, "engine.enable_prefix_caching", v["enable_prefix_caching"]),
-        events=_bool(ctx, "engine.events", v["events"]),
-        int_block_hashes=_bool(ctx, "engine.int_block_hashes", v["int_block_hashes"]),
+        hash_seed=read_str(ctx, "engine.hash_seed", v["hash_seed"]),
+        enable_prefix_caching=read_bool(ctx, "engine.enable_prefix_caching", v["enable_prefix_caching"]),
+        events=read_bool(ctx, "engine.events", v["events"]),
+        int_block_hashes=read_bool(ctx, "engine.int_block_hashes", v["int_block_hashes"]),
     )
 
 
-def _tokens(ctx: _Ctx, where: str, value: Any, budget: SizeBudget, op: str, rid: str) -> tuple[int, ...]:
+def _tokens(ctx: Ctx, where: str, value: Any, budget: SizeBudget, op: str, rid: str) -> tuple[int, ...]:
     """A token spec or int array, its length counted against the caps (per op, in all, full
     blocks) before anything is expanded."""
     try:
@@ -141,7 +95,7 @@ class _LoraRegistry:
     def __init__(self) -> None:
         self.by_name: dict[str, LoraSpec] = {}
 
-    def get(self, ctx: _Ctx, where: str, name: str, path: str | None) -> LoraSpec:
+    def get(self, ctx: Ctx, where: str, name: str, path: str | None) -> LoraSpec:
         path = f"loras/{name}" if path is None else path
         if not path:
             raise ctx.fail(f"{where}.lora_path", "must not be empty (vLLM refuses an empty LoRA path)")
@@ -153,7 +107,7 @@ class _LoraRegistry:
         return known
 
 
-def _mm(ctx: _Ctx, where: str, raw: Any, num_prompt: int) -> tuple[MMSpec, ...]:
+def _mm(ctx: Ctx, where: str, raw: Any, num_prompt: int) -> tuple[MMSpec, ...]:
     if not isinstance(raw, list):
         raise ctx.fail(f"{where}.mm", "expected an array of tables {id, offset, length}")
     items = []
@@ -166,9 +120,9 @@ def _mm(ctx: _Ctx, where: str, raw: Any, num_prompt: int) -> tuple[MMSpec, ...]:
             raise ctx.fail(w, "expected exactly the keys id, offset and length")
         items.append(
             MMSpec(
-                _str(ctx, f"{w}.id", item["id"], allow_empty=False),
-                _int(ctx, f"{w}.offset", item["offset"], 0),
-                _int(ctx, f"{w}.length", item["length"], 1),
+                read_str(ctx, f"{w}.id", item["id"], allow_empty=False),
+                read_int(ctx, f"{w}.offset", item["offset"], 0),
+                read_int(ctx, f"{w}.length", item["length"], 1),
             )
         )
     items.sort(key=lambda m: m.offset)
@@ -185,36 +139,36 @@ def _mm(ctx: _Ctx, where: str, raw: Any, num_prompt: int) -> tuple[MMSpec, ...]:
     return tuple(items)
 
 
-def _expect(ctx: _Ctx, where: str, op: str, raw: Any) -> dict[str, Any]:
+def _expect(ctx: Ctx, where: str, op: str, raw: Any) -> dict[str, Any]:
     if not isinstance(raw, Mapping):
         raise ctx.fail(f"{where}.expect", "expected a table")
     allowed = EXPECT_KEYS[op]
     for key, value in raw.items():
         if key not in allowed:
             raise ctx.fail(
-                f"{where}.expect.{_show(key)[1:-1]}",
-                f"`{op}` does not report {_show(key)} (it can expect: {', '.join(sorted(allowed))})",
+                f"{where}.expect.{show(key)[1:-1]}",
+                f"`{op}` does not report {show(key)} (it can expect: {', '.join(sorted(allowed))})",
             )
         kind = EXPECT_TYPES[key]
         if not value_has_kind(value, kind):
             # A TOML datetime, float or table can never equal what the op reports: refused here
             # rather than failing every replay (and it could not be written back out).
-            raise ctx.fail(f"{where}.expect.{key}", f"expected {kind}, got {_show(value)}")
+            raise ctx.fail(f"{where}.expect.{key}", f"expected {kind}, got {show(value)}")
         if kind.startswith("an array") and len(value) > 1 << 20:
             raise ctx.fail(f"{where}.expect.{key}", f"{len(value):,} items, more than can be reported")
     return dict(raw)
 
 
 def _step(
-    ctx: _Ctx, i: int, raw: Any, loras: _LoraRegistry, budget: SizeBudget, engine_steps: bool = False, kv=None
+    ctx: Ctx, i: int, raw: Any, loras: _LoraRegistry, budget: SizeBudget, engine_steps: bool = False, kv=None
 ) -> Op:
     if not isinstance(raw, Mapping):
         raise ctx.fail(f"step {i + 1}", "expected a table")
     op = raw.get("op")
     if not isinstance(op, str) or op not in OPS:
-        raise ctx.fail(f"step {i + 1}", f"op: unknown op {_show(op)} (expected one of {', '.join(OPS)})")
+        raise ctx.fail(f"step {i + 1}", f"op: unknown op {show(op)} (expected one of {', '.join(OPS)})")
     rid = raw.get("id")
-    who = "" if rid is None else " " + (rid if isinstance(rid, str) and len(rid) <= 40 else _show(rid))
+    who = "" if rid is None else " " + (rid if isinstance(rid, str) and len(rid) <= 40 else show(rid))
     label = f"step {i + 1} ({op}{who})"
     wrong_kind = kind_error(op, set(raw), engine_steps)
     if wrong_kind is not None:
@@ -223,23 +177,23 @@ def _step(
     if unknown:
         raise ctx.fail(
             label,
-            f"{_show(sorted(map(str, unknown))[0])}: unknown key for `{op}` (it takes: {', '.join(sorted(OP_KEYS[op]))})",
+            f"{show(sorted(map(str, unknown))[0])}: unknown key for `{op}` (it takes: {', '.join(sorted(OP_KEYS[op]))})",
         )
     try:
         budget.take_op(op, rid if isinstance(rid, str) else None)
     except BadInput as e:
         raise ctx.fail(label, str(e)) from None
-    note = _str(ctx, f"{label}: note", raw["note"]) if "note" in raw else None
+    note = read_str(ctx, f"{label}: note", raw["note"]) if "note" in raw else None
     expect = _expect(ctx, label, op, raw.get("expect", {}))
     if op == "reset":
-        running = _bool(ctx, f"{label}: running", raw.get("running", False))
-        external = _bool(ctx, f"{label}: external", raw.get("external", False)) if engine_steps else None
+        running = read_bool(ctx, f"{label}: running", raw.get("running", False))
+        external = read_bool(ctx, f"{label}: external", raw.get("external", False)) if engine_steps else None
         return Op(i, op, running=running, external=external, note=note, expect=expect)
     if op == "step":
         return Op(i, op, note=note, expect=expect)
     if "id" not in raw:
         raise ctx.fail(label, "id: missing request id")
-    rid = _str(ctx, f"{label}: id", rid, allow_empty=False)
+    rid = read_str(ctx, f"{label}: id", rid, allow_empty=False)
     if op == "arrive":
         arrive = _arrive(ctx, i, label, raw, rid, loras, budget, note, expect)
         if not engine_steps:
@@ -249,7 +203,7 @@ def _step(
         ext = check_step_arrive(ctx.fail, label, raw, kv, p, output, bs, cap, arrive.prompt_logprobs)
         return replace(arrive, output=output, ext=ext)
     if op == "admit":
-        tokens = _int(ctx, f"{label}: tokens", raw["tokens"], 1) if "tokens" in raw else None
+        tokens = read_int(ctx, f"{label}: tokens", raw["tokens"], 1) if "tokens" in raw else None
         return Op(i, op, rid, tokens=tokens, note=note, expect=expect)
     if op in ("sample", "generate"):
         if "tokens" not in raw:
@@ -274,7 +228,7 @@ def _arrive(ctx, i, label, raw, rid, loras, budget: SizeBudget, note, expect) ->
     if has_prompt:
         prompt = _tokens(ctx, f"{label}: prompt", raw["prompt"], budget, "arrive", rid)
     else:
-        text = _str(ctx, f"{label}: text", raw["text"])
+        text = read_str(ctx, f"{label}: text", raw["text"])
         try:
             from explorer.tokens import encode_text
 
@@ -289,14 +243,14 @@ def _arrive(ctx, i, label, raw, rid, loras, budget: SizeBudget, note, expect) ->
         raise ctx.fail(f"{label}: prompt", "empty prompt (vLLM refuses it too)")
     lora = None
     if "lora" in raw:
-        name = _str(ctx, f"{label}: lora", raw["lora"], allow_empty=False)
-        path = _str(ctx, f"{label}: lora_path", raw["lora_path"]) if "lora_path" in raw else None
+        name = read_str(ctx, f"{label}: lora", raw["lora"], allow_empty=False)
+        path = read_str(ctx, f"{label}: lora_path", raw["lora_path"]) if "lora_path" in raw else None
         lora = loras.get(ctx, label + ": lora", name, path)
     elif "lora_path" in raw:
         raise ctx.fail(f"{label}: lora_path", "needs `lora` (the adapter name)")
-    salt = _str(ctx, f"{label}: cache_salt", raw["cache_salt"]) if "cache_salt" in raw else None
+    salt = read_str(ctx, f"{label}: cache_salt", raw["cache_salt"]) if "cache_salt" in raw else None
     mm = _mm(ctx, label, raw["mm"], len(prompt)) if "mm" in raw else ()
-    logprobs = _bool(ctx, f"{label}: prompt_logprobs", raw.get("prompt_logprobs", False))
+    logprobs = read_bool(ctx, f"{label}: prompt_logprobs", raw.get("prompt_logprobs", False))
     return Op(
         i,
         "arrive",
@@ -319,7 +273,7 @@ class StepParser:
     def __init__(
         self, source: str, engine: EngineConfig, limits: Limits = CLI_LIMITS, engine_steps: bool = False, kv=None
     ) -> None:
-        self._ctx = _Ctx(source)
+        self._ctx = Ctx(source)
         self._loras = _LoraRegistry()
         self.budget = SizeBudget(engine, limits)
         self._engine_steps, self._kv = engine_steps, kv
@@ -329,18 +283,18 @@ class StepParser:
 
 
 def parse_scenario_dict(data: Mapping[str, Any], source: str = "<scenario>", limits: Limits = CLI_LIMITS) -> Scenario:
-    ctx = _Ctx(source)
+    ctx = Ctx(source)
     if not isinstance(data, Mapping):
         raise ctx.fail("top level", "expected a table")
     unknown = set(data) - {"title", "description", "engine", "steps"}
     if unknown:
         raise ctx.fail(
-            "top level", f"unknown key {_show(sorted(map(str, unknown))[0])} (known: title, description, engine, steps)"
+            "top level", f"unknown key {show(sorted(map(str, unknown))[0])} (known: title, description, engine, steps)"
         )
     # The default title is the file's name, whose undecodable bytes (if any) become U+FFFD.
     stem = Path(source).stem.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-    title = _str(ctx, "title", data.get("title", stem))
-    description = _str(ctx, "description", data.get("description", ""))
+    title = read_str(ctx, "title", data.get("title", stem))
+    description = read_str(ctx, "description", data.get("description", ""))
     engine = _engine(ctx, data.get("engine"), limits)
     steps = data.get("steps", [])
     if not isinstance(steps, list):
@@ -350,9 +304,12 @@ def parse_scenario_dict(data: Mapping[str, Any], source: str = "<scenario>", lim
     engine_steps = is_engine_step_scenario(steps)
     sched = parse_sched(ctx.fail, data.get("engine"), engine_steps, engine.max_model_len)
     kv = parse_connector(ctx.fail, data.get("engine"), engine_steps)  # design section 10
+    speculative = parse_speculative(ctx.fail, data.get("engine"), sched)  # design section 9
     parser = StepParser(source, engine, limits, engine_steps, kv)
     ops = tuple(check_expects(ctx.fail, parser.parse(i, s), kv) for i, s in enumerate(steps))
-    return Scenario(title, engine, ops, source, description, tuple(dict(s) for s in steps), sched, kv)
+    ops = apply_spec_ops(ctx.fail, ops, steps, speculative)
+    raw = tuple(dict(s) for s in steps)
+    return Scenario(title, engine, ops, source, description, raw, sched, kv, speculative)
 
 
 def parse_scenario_text(text: str, source: str = "<scenario>", limits: Limits = CLI_LIMITS) -> Scenario:

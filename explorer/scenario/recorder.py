@@ -16,9 +16,10 @@ from explorer.core.kv_cache_manager import KVCacheManager
 from explorer.core.kv_cache_observer import AdmissionCheck, FreedTo, KVCacheObserver
 from explorer.core.kv_cache_utils import generate_block_hash_extra_keys, get_request_block_hasher
 from explorer.core.request import Request
+from explorer.core.sched.speculative import SpeculativeConfig
 from explorer.errors import BadInput
 from explorer.scenario.spec import EngineConfig
-from explorer.scenario.trace import CacheCall, CachedBlock, Freed, HashedBlock, Lookup
+from explorer.scenario.trace import CacheCall, CachedBlock, DraftsVerified, Freed, HashedBlock, Lookup
 
 
 class StepError(BadInput):
@@ -60,6 +61,8 @@ class StepRecorder(KVCacheObserver):
         self.evicted: list[tuple[int, bytes]] = []
         self.cached: list[CachedBlock] = []
         self.freed: list[Freed] = []
+        self.eagle_dropped: list[tuple[int, int]] = []
+        self.drafts: list[DraftsVerified] = []
 
     def on_lookup(self, request_id: str, num_tokens: int, max_cache_hit_length: int, num_hit_tokens: int) -> None:
         cap = max_cache_hit_length // self.block_size
@@ -70,6 +73,14 @@ class StepRecorder(KVCacheObserver):
 
     def on_lookup_probe(self, group_id: int, block_index: int, block_id: int | None) -> None:
         self.probes.append((block_index, block_id is not None, block_id))
+
+    def on_eagle_drop(self, group_id: int, block_index: int, block_id: int) -> None:
+        self.eagle_dropped.append((block_index, block_id))
+
+    def on_drafts_verified(
+        self, request_id: str, num_drafts: int, num_accepted: int, placeholders: bool, num_computed_tokens: int
+    ) -> None:
+        self.drafts.append(DraftsVerified(request_id, num_drafts, num_accepted, placeholders, num_computed_tokens))
 
     def on_admission_check(self, check: AdmissionCheck) -> None:
         self.admissions.append(check)
@@ -103,6 +114,8 @@ class StepRecorder(KVCacheObserver):
             "evicted": tuple(self.evicted),
             "cached": tuple(self.cached),
             "freed": tuple(self.freed),
+            "eagle_dropped": tuple(self.eagle_dropped),
+            "drafts": tuple(self.drafts),
         }
 
 
@@ -117,9 +130,11 @@ def hashed_since(req: Request, n_before: int, block_size: int) -> tuple[HashedBl
     )
 
 
-def new_manager(cfg: EngineConfig, observer: KVCacheObserver | None) -> KVCacheManager:
+def new_manager(
+    cfg: EngineConfig, observer: KVCacheObserver | None, speculative: SpeculativeConfig | None = None
+) -> KVCacheManager:
     """The KV cache manager a scenario's engine settings describe (stats always on: the replay
-    JSON reports them)."""
+    JSON reports them); with speculative decoding, EAGLE's hit drop as the scheduler sets it."""
     return KVCacheManager(
         cfg.num_blocks,
         cfg.block_size,
@@ -129,4 +144,6 @@ def new_manager(cfg: EngineConfig, observer: KVCacheObserver | None) -> KVCacheM
         log_stats=True,
         use_int_block_hashes=cfg.int_block_hashes,
         observer=observer,
+        use_eagle=speculative is not None and speculative.use_eagle_block_drop(),
+        num_prefill_lookahead=0 if speculative is None else speculative.num_prefill_lookahead_tokens,
     )

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from explorer.core.hashing import resolve_none_hash_seed
+from explorer.core.sched.speculative import SpeculativeConfig
 from explorer.scenario.parse_connector import ARRIVE_KEYS, EXPECT_STATS, ConnectorSpec, ExternalSpec
 from explorer.scenario.step_spec import STEP_EXPECT_KEYS, SchedSpec
 
@@ -17,11 +18,23 @@ OPS = ("arrive", "admit", "sample", "decode", "generate", "finish", "preempt", "
 # Keys each op accepts besides `op`, `note` and `expect`.
 OP_KEYS: dict[str, frozenset[str]] = {
     "arrive": frozenset(
-        {"id", "prompt", "text", "lora", "lora_path", "cache_salt", "mm", "prompt_logprobs", "output", *ARRIVE_KEYS}
+        {
+            "id",
+            "prompt",
+            "text",
+            "lora",
+            "lora_path",
+            "cache_salt",
+            "mm",
+            "prompt_logprobs",
+            "output",
+            *ARRIVE_KEYS,
+            "accepted",
+        }
     ),
     "admit": frozenset({"id", "tokens"}),
     "sample": frozenset({"id", "tokens"}),
-    "decode": frozenset({"id"}),
+    "decode": frozenset({"id", "draft_tokens"}),
     "generate": frozenset({"id", "tokens"}),
     "finish": frozenset({"id"}),
     "preempt": frozenset({"id"}),
@@ -168,6 +181,8 @@ class Op:
     output: tuple[int, ...] | None = None  # engine-step arrive: the tokens the model samples
     external: bool | None = None  # engine-step reset: reset_connector
     ext: ExternalSpec | None = None  # engine-step arrive: what the static KV connector holds
+    draft_tokens: int | None = None  # decode: drafts this step verifies (design section 9)
+    accepted: tuple[int, ...] | None = None  # engine-step arrive: drafts accepted per decode step
     note: str | None = None
     expect: Mapping[str, Any] = field(default_factory=dict)
 
@@ -201,8 +216,12 @@ class Op:
                 d["output"] = list(self.output)
                 if self.ext is not None:
                     d.update(self.ext.as_dict())
+            if self.accepted is not None:
+                d["accepted"] = list(self.accepted)
         elif self.op == "admit":
             d["tokens"] = self.tokens
+        elif self.op == "decode" and self.draft_tokens is not None:
+            d["draft_tokens"] = self.draft_tokens
         elif self.op in ("sample", "generate"):
             assert not isinstance(self.tokens, int)
             d["tokens"] = list(self.tokens or ())
@@ -222,11 +241,19 @@ class Scenario:
     sched: SchedSpec | None = None
     # The KV connector of an engine-step scenario (design section 10); None: none.
     connector: ConnectorSpec | None = None
+    # engine.speculative (design section 9); None without drafts.
+    speculative: SpeculativeConfig | None = None
 
     def engine_dict(self) -> dict[str, Any]:
-        """The [engine] table: the engine keys, and the scheduler keys of an engine-step scenario."""
-        kv = {} if self.connector is None else {"kv_connector": self.connector.as_dict()}
-        return {**self.engine.as_dict(), **(self.sched.as_dict() if self.sched is not None else {}), **kv}
+        """The [engine] table: the engine keys, the scheduler keys of an engine-step scenario,
+        `kv_connector` and `speculative` when set."""
+        d = {**self.engine.as_dict(), **(self.sched.as_dict() if self.sched is not None else {})}
+        if self.connector is not None:
+            d["kv_connector"] = self.connector.as_dict()
+        if self.speculative is not None:
+            sp = self.speculative
+            d["speculative"] = {"method": sp.method, "num_speculative_tokens": sp.num_speculative_tokens}
+        return d
 
     def normalized(self, hash_seed: str | None) -> dict[str, Any]:
         engine = self.engine_dict()

@@ -45,6 +45,22 @@ class Lookup:
 
 
 @dataclass(frozen=True)
+class DraftsVerified:
+    """Drafts a step verified for a request: ``num_accepted`` of ``num_drafts`` accepted, the
+    rest rolled back to ``num_computed_tokens`` (``placeholders``: an admission's padding)."""
+
+    request_id: str
+    num_drafts: int
+    num_accepted: int
+    placeholders: bool
+    num_computed_tokens: int
+
+    @property
+    def num_rejected(self) -> int:
+        return self.num_drafts - self.num_accepted
+
+
+@dataclass(frozen=True)
 class CacheCall:
     """One group's cache_blocks: blocks full within ``num_tokens`` tokens get a hash, after
     ``num_cached_blocks`` that already had one."""
@@ -183,6 +199,10 @@ class Step:
     freed: tuple[Freed, ...] = ()  # in free order (the request's blocks reversed)
     preempted: tuple[str, ...] = ()
     engine_step: EngineStepRecord | None = None  # a `step` op of an engine-step scenario
+    # Speculative decoding (design section 9): hit blocks EAGLE dropped, (block index, block
+    # id), and the drafts verified in this step.
+    eagle_dropped: tuple[tuple[int, int], ...] = ()
+    drafts: tuple[DraftsVerified, ...] = ()
     expect_failures: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:

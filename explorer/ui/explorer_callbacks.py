@@ -220,6 +220,21 @@ def act(op: str) -> None:
         ss[K_NOTICE] = f"{op} {rid or ''} added as step {current_view().step}."
 
 
+def start_empty_pool() -> None:
+    """The playground on an empty pool: the blank pool scenario, no edits, with the current
+    scenario's block size, pool size and hash settings."""
+    from explorer.ui.blank_pool import BLANK_POOL, empty_pool_engine
+
+    view = current_view()
+    try:
+        engine = empty_pool_engine(base_scenario(view).engine, view.engine)
+    except BadInput as e:
+        add_error(str(e))
+        return
+    set_view(view.with_(lesson=BLANK_POOL, upload=None, engine=engine, edits=(), step=0, block=None))
+    st.session_state[K_NOTICE] = "An empty pool: arrive a request in the playground."
+
+
 def undo() -> None:
     view = current_view()
     if view.edits:

@@ -3,17 +3,17 @@ state after it (block pool, block history, free queue, requests, metrics, hash m
 
 from __future__ import annotations
 
-import json
-
 import streamlit as st
 
+from explorer.errors import BadInput
 from explorer.scenario.trace import Trace
-from explorer.ui import bound, engine_step_panels
+from explorer.ui import bound, engine_step_panels, spec_decode_panel
 from explorer.ui.engine_step_panels import draws_step
 from explorer.ui.explain import engine_step
 from explorer.ui.explain import step as explain
 from explorer.ui.explain.records import PANEL_TITLES
 from explorer.ui.explain.refs import REFS
+from explorer.ui.explain.words import counted
 from explorer.ui.explorer_callbacks import close_history, on_block, on_strip_select
 from explorer.ui.explorer_session import W_BLOCK
 from explorer.ui.history import block_history
@@ -74,17 +74,7 @@ def now_box(trace: Trace, k: int, base_ops: int) -> None:
     extra = ""
     failures: tuple[str, ...] = ()
     if k > 0:
-        step = trace.steps[k - 1]
-        if step.op.note:
-            extra += f'<div class="px-note" data-px-note="1"><b>Lesson:</b> {esc(step.op.note)}</div>'
-        if step.op.expect:
-            failures = step.expect_failures
-            if not failures:
-                extra += (
-                    '<div class="px-checks" data-px-checks="ok">&#10003; lesson checks hold: '
-                    + esc(", ".join(f"{key} = {_short(v)}" for key, v in step.op.expect.items()))
-                    + "</div>"
-                )
+        extra, failures = _note_and_checks(trace.steps[k - 1])
     st.html(
         f'<div class="px-now" data-px-now="{k}"><div class="px-headline">Step {k} of {n}: {esc(now.headline)}{origin}</div>'
         f'<div class="px-refs">{_refs_line(now.refs)}</div><div class="px-now-text">{esc(now.text)}</div>{extra}</div>'
@@ -93,12 +83,24 @@ def now_box(trace: Trace, k: int, base_ops: int) -> None:
         warning(f"Lesson check failed: {f}")
 
 
-def _short(v: object) -> str:
-    s = json.dumps(v) if not isinstance(v, str) else v
-    return s if len(s) <= 40 else s[:37] + "..."
+def _note_and_checks(step) -> tuple[str, tuple[str, ...]]:
+    """The step's lesson note and checks, off script when the view's engine settings differ from
+    its scenario's own (explorer.ui.lesson_checks)."""
+    from explorer.ui import lesson_checks
+    from explorer.ui.explorer_session import base_scenario, current_view
+
+    view = current_view()
+    off = None
+    if view.engine:
+        try:
+            off = lesson_checks.off_script(view.engine, base_scenario(view).engine)
+        except BadInput:
+            off = None
+    return lesson_checks.note_and_checks(step, off)
 
 
 def phase_panels(trace: Trace, k: int, changed: set[int], selected: int | None) -> None:
+    spec_decode_panel.draw(trace, k)
     if draws_step(trace, k):
         engine_step_panels.phase_panels(trace, k, changed, selected)
         return
@@ -263,7 +265,7 @@ def _metrics(trace: Trace, k: int) -> None:
     )
     st.caption(
         explain.metrics_sentence(trace, k)
-        + f" Preempted: {s['preempted_requests']} requests, {s['preempted_hits']:,} of {s['preempted_queries']:,} tokens hit."
+        + f" Preempted: {counted(s['preempted_requests'], 'request')}, {s['preempted_hits']:,} of {s['preempted_queries']:,} tokens hit."
     )
     st.html(
         f'<div class="px-refs">{_refs_line((REFS["record_stats"], REFS["prefix_cache_stats"], REFS["caching_metrics"]))}</div>'

@@ -11,6 +11,7 @@ import streamlit as st
 from explorer.scenario.spec import Scenario
 from explorer.scenario.trace import Trace
 from explorer.ui import bound
+from explorer.ui.blank_pool import BLANK_POOL, BLANK_POOL_TITLE, continues_from
 from explorer.ui.explorer_callbacks import (
     act,
     clear_edits,
@@ -21,6 +22,7 @@ from explorer.ui.explorer_callbacks import (
     on_presenter,
     on_request,
     on_upload,
+    start_empty_pool,
     undo,
 )
 from explorer.ui.explorer_session import (
@@ -36,6 +38,7 @@ from explorer.ui.explorer_session import (
     W_REQUEST,
     W_SEED,
 )
+from explorer.ui.lesson_files import lesson_title
 from explorer.ui.state import (
     MAX_GENERATE,
     MAX_UPLOAD_BYTES,
@@ -54,7 +57,7 @@ from explorer.ui.text import caption, clean
 def sidebar(view: ViewState, base: Scenario | None, sc: Scenario | None, trace: Trace | None) -> None:
     sb = st.sidebar
     lessons = list_lessons()
-    options = ([UPLOADED] if view.upload is not None else []) + lessons
+    options = ([UPLOADED] if view.upload is not None else []) + lessons + [BLANK_POOL]
     shown = UPLOADED if view.upload is not None else view.lesson
     if options:
         k = bound.key(W_LESSON, shown if shown in options else options[0])
@@ -65,8 +68,8 @@ def sidebar(view: ViewState, base: Scenario | None, sc: Scenario | None, trace: 
             key=k,
             on_change=on_lesson,
             args=(k,),
-            format_func=lambda o: clean(f"Uploaded: {view.upload[0]}", 200) if o == UPLOADED and view.upload else o,
-            help="Scenarios from lessons/*.toml, or the file you uploaded.",
+            format_func=lambda o: _option_title(o, view),
+            help="The lessons' scenarios (lessons/*.toml), an empty pool to try requests on, or the file you uploaded.",
         )
 
     eng = base.engine if base is not None else None
@@ -91,7 +94,11 @@ def sidebar(view: ViewState, base: Scenario | None, sc: Scenario | None, trace: 
             if view.engine:
                 caption("Changed: " + ", ".join(f"{k} = {v!r}" for k, v in view.engine.items()))
 
-    with sb.expander("Playground", expanded=bool(view.edits), key="px_x_playground"):
+    with sb.expander("Playground", expanded=bool(view.edits) or view.lesson == BLANK_POOL, key="px_x_playground"):
+        if sc is not None and trace is not None and sc.sched is None:
+            caption(continues_from(trace, sc.title, len(base.ops) if base is not None else len(trace.steps)))
+        if view.lesson != BLANK_POOL or view.edits:
+            st.button("Start from an empty pool", on_click=start_empty_pool, key="px_b_empty_pool", width="stretch")
         if sc is not None and sc.sched is not None:
             st.caption("The playground acts at manager level; an engine-step scenario is changed in its file.")
         else:
@@ -135,6 +142,16 @@ def sidebar(view: ViewState, base: Scenario | None, sc: Scenario | None, trace: 
         args=(k,),
         help="Hides the sidebar and enlarges the panels for a projector.",
     )
+
+
+def _option_title(option: str, view: ViewState) -> str:
+    """A picker entry as the lesson's title (its narrative's first line), the blank pool's, or
+    the uploaded file's name."""
+    if option == UPLOADED and view.upload:
+        return clean(f"Uploaded: {view.upload[0]}", 200)
+    if option == BLANK_POOL:
+        return f"{BLANK_POOL_TITLE} (an empty pool for your own requests)"
+    return lesson_title(option)
 
 
 def _engine_widgets(view: ViewState, eng) -> None:

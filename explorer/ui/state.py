@@ -29,6 +29,7 @@ from explorer.scenario.parse import parse_scenario_bytes, with_engine, with_step
 from explorer.scenario.spec import Limits, Scenario, replace_engine_seed
 from explorer.scenario.trace import Trace
 from explorer.scenario.write import scenario_to_toml
+from explorer.ui.blank_pool import BLANK_POOL, BLANK_POOL_SOURCE, BLANK_POOL_TOML
 from explorer.viz.text import check_text
 
 LESSONS_DIR = Path(__file__).resolve().parents[2] / "lessons"
@@ -104,7 +105,7 @@ def check_lesson_name(name: str, directory: Path = LESSONS_DIR) -> str:
     """A lesson name from a URL or a picker: a plain stem that exists (no paths)."""
     if not isinstance(name, str) or not name or len(name) > 120 or "/" in name or "\\" in name or name.startswith("."):
         raise BadInput(f"no lesson named {name!r}")
-    if not (directory / f"{name}.toml").is_file():
+    if name != BLANK_POOL and not (directory / f"{name}.toml").is_file():
         raise BadInput(f"no lesson named {name!r} (lessons: {', '.join(list_lessons(directory)) or 'none'})")
     return name
 
@@ -279,6 +280,8 @@ def base_bytes(view: ViewState) -> tuple[str, bytes]:
             raise BadInput(f"{name}: {len(raw):,} bytes, more than the upload limit of {MAX_UPLOAD_BYTES // 1024} KiB")
         return name, raw
     name = check_lesson_name(view.lesson or DEFAULT_LESSON)
+    if name == BLANK_POOL:
+        return BLANK_POOL_SOURCE, BLANK_POOL_TOML
     path = LESSONS_DIR / f"{name}.toml"
     try:
         return f"lessons/{name}.toml", path.read_bytes()

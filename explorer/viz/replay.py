@@ -40,7 +40,7 @@ def hit_rate_vs_cache_size(sweep: Mapping[str, Any]) -> go.Figure:
                 line={"color": POLICY_COLORS[policy]},
                 customdata=[[r["hit_tokens"], r["skipped"]] for r in rows],
                 hovertemplate="%{x:,} blocks: %{y:.2%}<br>%{customdata[0]:,} hit tokens, "
-                "%{customdata[1]} skipped<extra></extra>",
+                "%{customdata[1]:,} skipped (too big for the cache)<extra></extra>",
             )
         )
     for r in results:
@@ -65,8 +65,41 @@ def hit_rate_vs_cache_size(sweep: Mapping[str, Any]) -> go.Figure:
         legend={"orientation": "h", "y": -0.25},
         margin={"t": 50, "l": 60, "r": 20, "b": 40},
     )
-    fig.update_xaxes(type="log")
+    # a log axis labels only the swept sizes, with separators (plotly's own log ticks read "2 5 1000 2 5")
+    fig.update_xaxes(type="log", tickvals=sized, ticktext=[f"{s:,}" for s in sized])
     return fig
+
+
+SKIPPED_HELP = (
+    "skipped: requests that could not fit even in an empty cache of this size (the prompt, plus with outputs "
+    "every output token but the last, needs more than N - 1 blocks): they count in the prompt tokens, with no hit"
+)
+
+
+def results_table(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """One row per run, numbers with thousands separators (as text, so the table shows them so)."""
+    rows = []
+    for r in runs:
+        row = {
+            "policy": POLICY_LABELS.get(r["policy"], r["policy"]),
+            "cache blocks": "unbounded" if r["num_blocks"] is None else f"{r['num_blocks']:,}",
+            "skipped (too big)": f"{r['skipped']:,}",
+            "hit tokens": f"{r['hit_tokens']:,}",
+            "hit rate": f"{r['hit_rate']:.2%}",
+        }
+        sched = r.get("scheduler")
+        if sched:
+            row.update(
+                {
+                    "engine steps": f"{sched['steps']:,}",
+                    "preemptions": f"{sched['preemptions']:,}",
+                    "peak running": f"{sched['peak_running']:,}",
+                    "mean queueing (ms)": f"{sched['mean_queueing_ms']:,.1f}",
+                    "max queueing (ms)": f"{sched['max_queueing_ms']:,.1f}",
+                }
+            )
+        rows.append(row)
+    return rows
 
 
 def _windowed(hits: Sequence[int], lengths: Sequence[int], window: int) -> list[float]:

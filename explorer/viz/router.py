@@ -193,3 +193,28 @@ def subscriber_view(run: PolicyRun) -> go.Figure:
     )
     fig.update_layout(title=f"The router's event view ({run.label})", barmode="group", **_LAYOUT)
     return fig
+
+
+# (row label, summary key, format): the router page's table, one row per figure
+SUMMARY_ROWS = (
+    ("hit rate", "hit_rate", "{:.1%}"),
+    ("hit tokens (prefill saved)", "hit_tokens", "{:,}"),
+    ("prompt tokens", "prompt_tokens", "{:,}"),
+    ("prefill saved, ms", "saved_ms", "{:,.0f}"),
+    ("prefill computed, ms", "prefill_ms", "{:,.0f}"),
+    ("router's matched tokens", "router_match_tokens", "{:,}"),
+    ("busiest / mean (prefill)", "imbalance_prefill", "{:.2f}"),
+    ("busiest / mean (requests)", "imbalance_requests", "{:.2f}"),
+    ("skipped", "skipped", "{:,}"),
+    ("gaps", "gaps", "{:,}"),
+    ("cross-tenant hit tokens", "cross_tenant_hit_tokens", "{:,}"),
+)
+
+
+def summary_table(runs: list[tuple[str, dict]]) -> dict[str, list[str]]:
+    """The runs side by side: a column per policy (its label), a row per figure, numbers with
+    separators. Few columns, so the table wraps at narrow widths instead of scrolling."""
+    table: dict[str, list[str]] = {"": [label for label, _, _ in SUMMARY_ROWS]}
+    for label, s in runs:
+        table[label] = [fmt.format(s[key]) for _, key, fmt in SUMMARY_ROWS]
+    return table

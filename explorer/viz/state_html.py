@@ -209,7 +209,8 @@ def history_html(entries: Iterable, k: int) -> str:
 
 
 def hit_rate_svg(trace: Trace, k: int, width: int = 560, height: int = 170) -> str:
-    """Total hit rate and vLLM's windowed rate after every step, the current step marked."""
+    """Total hit rate and vLLM's windowed rate after each step up to k (no spoilers: later steps
+    are not drawn, though the step axis spans the whole scenario), step k marked."""
     n = len(trace.steps)
     left, right, top, bottom = 44, 10, 12, 28
     w, h = width - left - right, height - top - bottom
@@ -221,7 +222,7 @@ def hit_rate_svg(trace: Trace, k: int, width: int = 560, height: int = 170) -> s
         return top + h * (1 - v)
 
     total, window = [], []
-    for i in range(n + 1):
+    for i in range(min(max(k, 0), n) + 1):
         s = trace.snapshot_at(i)
         q = s.stats["queries"]
         if q:

@@ -31,6 +31,7 @@ ENGINE_DEFAULTS: dict[str, Any] = {
     "max_num_batched_tokens": 2048,
     "max_num_seqs": 64,
     "long_prefill_token_threshold": 0,
+    "speculative": None,  # design section 9: { method, num_speculative_tokens }
 }
 ENGINE_STEP_OPS = ("arrive", "step", "abort", "reset")
 EXTERNAL_KEYS = ("external_tokens", "external_load", "load_steps", "invalid_external_blocks")
@@ -119,18 +120,19 @@ def normalize(raw: dict[str, Any]) -> dict[str, Any]:
                     raise ScenarioInputError(f"{where}: LoRA {lora!r} has two paths")
                 lora_ids.setdefault(lora, len(lora_ids) + 1)
                 lora_op = {"name": lora, "id": lora_ids[lora], "path": path}
-            ops.append(
-                {
-                    "op": "arrive",
-                    "id": str(step["id"]),
-                    "prompt": parse_tokens(step["prompt"], f"{where}: prompt"),
-                    "output": parse_tokens(step["output"], f"{where}: output"),
-                    "lora": lora_op,
-                    "cache_salt": step.get("cache_salt"),
-                    "prompt_logprobs": bool(step.get("prompt_logprobs", False)),
-                    **{k: step[k] for k in EXTERNAL_KEYS if k in step},
-                }
-            )
+            arrive = {
+                "op": "arrive",
+                "id": str(step["id"]),
+                "prompt": parse_tokens(step["prompt"], f"{where}: prompt"),
+                "output": parse_tokens(step["output"], f"{where}: output"),
+                "lora": lora_op,
+                "cache_salt": step.get("cache_salt"),
+                "prompt_logprobs": bool(step.get("prompt_logprobs", False)),
+                **{k: step[k] for k in EXTERNAL_KEYS if k in step},
+            }
+            if "accepted" in step:
+                arrive["accepted"] = [int(a) for a in step["accepted"]]
+            ops.append(arrive)
     return {"kind": "engine_steps", "engine": engine, "ops": ops}
 
 

@@ -80,6 +80,57 @@ def _encode_events(events) -> list:
     return [_jsonable(msgspec.msgpack.decode(msgspec.msgpack.encode(ev))) for ev in events]
 
 
+# A 2-layer Llama shape (as vllm_sched_driver.py): what speculative settings are read against.
+_TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "vocab_size": 1000,
+    "rms_norm_eps": 1e-5,
+    "torch_dtype": "float32",
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "max_position_embeddings": 4096,
+}
+_SPEC_NUMBERS: dict[tuple[str, int], tuple[bool, int, int]] = {}  # one VllmConfig per setting
+
+
+def _spec_numbers(spec: dict | None) -> tuple[bool, int, int]:
+    """(use_eagle, num_lookahead_tokens, num_prefill_lookahead) as vLLM's own configs give them
+    for ``engine.speculative`` (scheduler.py:274-318): a VllmConfig over the tiny Llama with a
+    SpeculativeConfig built by rule 74's recipe. (False, 0, 0) without drafts."""
+    if spec is None:
+        return False, 0, 0
+    key = (str(spec["method"]), int(spec["num_speculative_tokens"]))
+    if key not in _SPEC_NUMBERS:
+        import tempfile
+        from pathlib import Path
+
+        from vllm.config import DeviceConfig, ModelConfig, ParallelConfig, SpeculativeConfig, VllmConfig
+
+        folder = Path(tempfile.mkdtemp(prefix="vllm-spec-model-"))
+        (folder / "config.json").write_text(json.dumps(_TINY_LLAMA))
+        mc = ModelConfig(model=str(folder), skip_tokenizer_init=True, dtype="float32", max_model_len=4096)
+        method, k = key
+        try:
+            sp = SpeculativeConfig(
+                method=method,
+                num_speculative_tokens=k,
+                target_model_config=mc,
+                target_parallel_config=ParallelConfig(),
+                **({} if method == "ngram" else {"model": str(folder)}),
+            )
+            vc = VllmConfig(model_config=mc, device_config=DeviceConfig(device="cpu"), speculative_config=sp)
+        except (ValueError, NotImplementedError) as exc:
+            raise ScenarioError(f"vLLM refused the speculative settings: {str(exc).splitlines()[0]}") from None
+        _SPEC_NUMBERS[key] = (sp.use_eagle_block_drop(), vc.num_lookahead_tokens, vc.num_prefill_lookahead_tokens)
+    return _SPEC_NUMBERS[key]
+
+
 def _block_ids(kv_blocks) -> list[int]:
     if kv_blocks is None:
         return []
@@ -136,6 +187,7 @@ class Replay:
                 )
             ],
         )
+        use_eagle, self.lookahead, prefill_lookahead = _spec_numbers(eng.get("speculative"))
         self.mgr = KVCacheManager(
             config,
             max_model_len=self.max_model_len,
@@ -144,7 +196,10 @@ class Replay:
             enable_caching=self.caching,
             enable_kv_cache_events=self.events_on,
             log_stats=True,
+            use_eagle=use_eagle,
+            num_prefill_lookahead=prefill_lookahead,
         )
+        self.drafts: dict[str, int] = {}  # request id -> drafts its last decode verifies
         self.pool = self.mgr.block_pool
         self.live: dict[str, Request] = {}  # every request not finished
         self.running: list[str] = []  # in order of becoming running
@@ -199,15 +254,16 @@ class Replay:
         )
         self.live[rid] = req
 
-    def _allocate_pending(self, req: Request, step: dict) -> bool:
-        """What the scheduler does for a running request: compute pending."""
+    def _allocate_pending(self, req: Request, step: dict, drafts: int = 0) -> bool:
+        """What the scheduler does for a running request: compute pending (and verify drafts:
+        the running loop schedules them too, and _update_after_schedule moves past them)."""
         pending = req.num_tokens - req.num_computed_tokens
         if pending <= 0:
             raise ScenarioError(f"request {req.request_id!r} has no pending token")
-        new = self.mgr.allocate_slots(req, pending)
+        new = self.mgr.allocate_slots(req, pending + drafts, num_lookahead_tokens=self.lookahead)
         if new is None:
             return False
-        req.num_computed_tokens += pending
+        req.num_computed_tokens += pending + drafts
         step["new_block_ids"].extend(_block_ids(new))
         return True
 
@@ -237,6 +293,7 @@ class Replay:
             num_new,
             num_new_computed_tokens=hit,
             new_computed_blocks=hit_blocks,
+            num_lookahead_tokens=self.lookahead,
         )
         if new is None:
             step["ok"] = False
@@ -257,6 +314,10 @@ class Replay:
     def op_sample(self, op: dict, step: dict) -> None:
         req = self._request(op["id"])
         self._check_running(req)
+        drafts = self.drafts.pop(req.request_id, 0)
+        if drafts:
+            # update_from_output (scheduler.py:2051-2069): the accepted drafts and a bonus token.
+            req.num_computed_tokens -= drafts - max(len(op["tokens"]) - 1, 0)
         for tok in op["tokens"]:
             req.append_output_token_ids(int(tok))
 
@@ -264,8 +325,11 @@ class Replay:
         req = self._request(op["id"])
         self._check_running(req)
         step["new_block_ids"] = []
-        if not self._allocate_pending(req, step):
+        drafts = int(op.get("draft_tokens") or 0)
+        if not self._allocate_pending(req, step, drafts):
             step["ok"] = False
+        elif drafts:
+            self.drafts[req.request_id] = drafts
 
     def op_generate(self, op: dict, step: dict) -> None:
         req = self._request(op["id"])
@@ -289,6 +353,7 @@ class Replay:
         # Scheduler._preempt_request: free, back to waiting, counted.
         self._check_running(req)
         self.mgr.free(req)
+        self.drafts.pop(req.request_id, None)
         req.status = RequestStatus.PREEMPTED
         req.num_computed_tokens = 0
         req.num_preemptions += 1
@@ -431,6 +496,8 @@ def normalize_toml_scenario(raw: dict) -> dict:
             )
         elif name == "admit":
             op["tokens"] = step.get("tokens")
+        elif name == "decode" and "draft_tokens" in step:
+            op["draft_tokens"] = step["draft_tokens"]
         elif name in ("sample", "generate"):
             op["tokens"] = list(step["tokens"])
         ops.append(op)

@@ -53,7 +53,9 @@ from vllm.config import (  # noqa: E402
     KVEventsConfig,
     KVTransferConfig,
     ModelConfig,
+    ParallelConfig,
     SchedulerConfig,
+    SpeculativeConfig,
     VllmConfig,
 )
 from vllm.lora.request import LoRARequest  # noqa: E402
@@ -63,7 +65,7 @@ from vllm.v1.core.kv_cache_utils import get_block_hash, get_request_block_hasher
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec  # noqa: E402
-from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, KVConnectorOutput, ModelRunnerOutput  # noqa: E402
+from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, DraftTokenIds, KVConnectorOutput, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
@@ -135,12 +137,13 @@ class Configs:
             int(eng["max_num_seqs"]),
             int(eng["long_prefill_token_threshold"]),
             _connector_key(eng.get("kv_connector")),
+            _spec_key(eng.get("speculative")),
         )
         if key[-1] is not None and key[-1][0] == "offloading":
             key = (*key[:-1], (*key[-1], int(eng["block_size"])))
         vc = self._vllm.pop(key, None)
         if vc is None:
-            mml, bs, caching, algo, events, sched, mnbt, seqs, lpt, kv = key
+            mml, bs, caching, algo, events, sched, mnbt, seqs, lpt, kv, spec = key
             if sched not in ("sync", "async"):
                 raise ScenarioError(f"unknown scheduler {sched!r}")
             try:
@@ -154,6 +157,18 @@ class Configs:
                     is_encoder_decoder=False,
                 )
                 cc = CacheConfig(block_size=bs, enable_prefix_caching=caching, prefix_caching_hash_algo=algo)
+                sp = None
+                if spec is not None:
+                    # Rule 74's recipe: the drafter is the same config-only folder; ngram has none.
+                    method, k = spec
+                    mc = self.model(mml)
+                    sp = SpeculativeConfig(
+                        method=method,
+                        num_speculative_tokens=k,
+                        target_model_config=mc,
+                        target_parallel_config=ParallelConfig(),
+                        **({} if method == "ngram" else {"model": mc.model}),
+                    )
                 vc = VllmConfig(
                     model_config=self.model(mml),
                     device_config=DeviceConfig(device="cpu"),
@@ -161,8 +176,9 @@ class Configs:
                     cache_config=cc,
                     kv_events_config=KVEventsConfig(enable_kv_cache_events=events, publisher="null"),
                     kv_transfer_config=_transfer_config(kv),
+                    speculative_config=sp,
                 )
-            except ValueError as exc:  # pydantic's ValidationError is a ValueError
+            except (ValueError, NotImplementedError) as exc:  # pydantic's ValidationError is a ValueError
                 first = next((ln.strip() for ln in str(exc).splitlines() if "error," in ln), str(exc).splitlines()[0])
                 raise ScenarioError(f"vLLM refused the engine settings: {first}") from None
             if vc.max_concurrent_batches != (BATCH_QUEUE_SIZE if sched == "async" else 1):
@@ -198,6 +214,11 @@ def _transfer_config(key: tuple | None) -> KVTransferConfig | None:
         kv_role="kv_both",
         kv_load_failure_policy=policy,
     )
+
+
+def _spec_key(spec: dict | None) -> tuple[str, int] | None:
+    """``engine.speculative`` as a hashable key: (method, num_speculative_tokens)."""
+    return None if spec is None else (str(spec["method"]), int(spec["num_speculative_tokens"]))
 
 
 def _configs() -> Configs:
@@ -253,6 +274,8 @@ class EngineReplay:
         self.num_blocks = int(eng["num_blocks"])
         self.max_model_len = int(eng["max_model_len"])
         self.async_sched = eng["scheduler"] == "async"
+        spec = _spec_key(eng.get("speculative"))
+        self.num_spec_tokens = 0 if spec is None else spec[1]
         caching = bool(eng["enable_prefix_caching"])
         self.kv = eng.get("kv_connector") or None
 
@@ -326,6 +349,9 @@ class EngineReplay:
 
         self.batch_queue: deque = deque()  # (scheduler_output, model_runner_output), newest left
         self.outputs: dict[str, list[int]] = {}  # the played model's tokens per request
+        # Speculative decoding: drafts accepted per verifying step, and steps verified so far.
+        self.accepted: dict[str, list[int]] = {}
+        self.num_verified: dict[str, int] = {}
         self.arrived: set[str] = set()
         self.reset_ok: list[bool] = []
         self.reported_stats = dict.fromkeys(STAT_FIELDS, 0)
@@ -380,17 +406,35 @@ class EngineReplay:
             if req.is_prefill_chunk:
                 sampled.append([])
                 continue
-            index = req.num_computed_tokens - req.num_prompt_tokens
+            drafts = list(so.scheduled_spec_decode_tokens.get(rid, ()))
+            index = req.num_computed_tokens - len(drafts) - req.num_prompt_tokens
             output = self.outputs[rid]
             if not 0 <= index < len(output):
                 raise ScenarioError(f"the played model was asked for output[{index}] of {rid!r} ({len(output)} tokens)")
-            sampled.append([output[index]])
+            sampled.append(output[index : index + 1 + self._num_accepted(rid, drafts)])
         return ModelRunnerOutput(
             req_ids=req_ids,
             req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
             sampled_token_ids=sampled,
             kv_connector_output=kvo,
         )
+
+    def _num_accepted(self, rid: str, drafts: list[int]) -> int:
+        """Drafts this step accepts: none of an admission's placeholders (-1); otherwise the
+        request's next ``accepted`` entry (0 past the end), capped at the drafts scheduled."""
+        if not drafts or all(t == -1 for t in drafts):
+            return 0
+        i = self.num_verified.get(rid, 0)
+        self.num_verified[rid] = i + 1
+        accepted = self.accepted.get(rid, [])
+        return min(accepted[i] if i < len(accepted) else 0, len(drafts))
+
+    def _post_step(self, so) -> None:
+        """EngineCore.post_step (core.py:661-668), sync only: the played drafter proposes
+        num_speculative_tokens drafts (0s) for every request of the batch that ran."""
+        if self.num_spec_tokens and not self.async_sched and so.total_num_scheduled_tokens > 0:
+            req_ids = list(so.num_scheduled_tokens)
+            self.sched.update_draft_token_ids(DraftTokenIds(req_ids, [[0] * self.num_spec_tokens for _ in req_ids]))
 
     def _schedule(self, entry: dict):
         self.preempt_log = []
@@ -472,6 +516,8 @@ class EngineReplay:
             block_hasher=self.hasher,
         )
         self.outputs[rid] = output
+        self.accepted[rid] = [int(a) for a in op.get("accepted") or ()]
+        self.num_verified[rid] = 0
         self.arrived.add(rid)
         if self.connector is not None and not self.offloading:  # what the static store holds
             load = op.get("external_load", self.kv.get("load", "async"))
@@ -499,6 +545,7 @@ class EngineReplay:
         so, mro = self._schedule(entry)  # core.py:640-641 (schedule, execute_model)
         self.sched.get_grammar_bitmask(so)  # core.py:642
         self._update(entry, so, mro)  # core.py:653-656 (no aborts arrive mid-step)
+        self._post_step(so)
 
     def _step_with_batch_queue(self, entry: dict) -> None:
         """EngineCore.step_with_batch_queue() (core.py:670-783) with a batch queue of 2."""

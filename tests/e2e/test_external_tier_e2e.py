@@ -13,14 +13,14 @@ from tests.e2e.conftest import REPO, shot, wait_idle
 
 pytestmark = pytest.mark.e2e
 
-LESSON = REPO / "lessons" / "17_external_tier.toml"
+LESSON = REPO / "lessons" / "18_external_tier.toml"
 
 
 def test_step_the_connector_lesson_to_the_end(px_page, px_app_url):
     page = px_page
     trace = replay(load_scenario(LESSON))
     n = len(trace.steps)
-    page.goto(f"{px_app_url}/?lesson=17_external_tier")
+    page.goto(f"{px_app_url}/?lesson=18_external_tier")
     expect(page.locator(".px-now .px-headline")).to_contain_text(f"Step 0 of {n}", timeout=90_000)
     wait_idle(page)
     seen = set()

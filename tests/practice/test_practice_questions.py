@@ -23,6 +23,7 @@ def test_every_kind_generates_and_its_answer_is_the_replay(kind):
         truth = {
             "hit_length": step.hit_tokens,
             "mistake": step.hit_tokens,
+            "eagle_hit": step.hit_tokens,
             "next_evicted": step.evicted[0][0] if step.evicted else None,
             "free_queue": list(step.snapshot.free_queue),
             "hashed_this_step": [c.block_id for c in step.cached],
@@ -131,6 +132,32 @@ def test_measurements_are_read_from_json(tmp_path):
     assert load_measurements(tmp_path / "missing") == []
 
 
+def test_the_checked_in_measurements_are_the_readmes_and_the_prefill_docs():
+    """One source: docs/prefill_cpu.json holds the CPU runs; the README's row and docs/prefill.md's
+    table state the figures computed from it (the practice page shows the same file)."""
+    import statistics
+    from pathlib import Path
+
+    from explorer.practice.hit_value import measured_summary
+
+    root = Path(__file__).resolve().parents[2]
+    runs = [m for m in load_measurements(root / "docs") if m["source"] == "prefill_cpu.json"]
+    assert len(runs) == 4
+    for m in runs:
+        assert abs(m["saved_fraction"] - (1 - m["cached_ms"] / m["full_ms"])) < 1e-4
+    saved = statistics.median(m["saved_fraction"] for m in runs)
+    ideal = runs[0]["flop_ideal_fraction"]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    row = next(line for line in readme.splitlines() if "prefill_cpu.json" in line)
+    assert f"saved {saved:.1%} (median of {len(runs)})" in row
+    assert f"**{saved / ideal:.0%} of the FLOP ideal** ({ideal:.1%})" in row
+    summary = measured_summary(runs)
+    assert summary is not None and f"saved {saved:.1%} (median of 4)" in summary
+    doc = (root / "docs" / "prefill.md").read_text(encoding="utf-8")
+    for m in runs:
+        assert f"| {m['full_ms']:,} ms | {m['cached_ms']:,} ms | {m['saved_fraction']:.1%} |" in doc
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_every_question_shows_its_inputs(seed):
     """Each arrival says how its prompt relates to the earlier ones and names its extra keys,
@@ -157,3 +184,18 @@ def test_a_later_chunk_is_shown_as_continue_not_admit():
             seen += 1
             assert "no lookup" in q.asked
     assert seen > 0, "no practice scenario continued a chunk: the check would be vacuous"
+
+
+def test_the_eagle_hit_is_the_walk_less_its_last_block():
+    drops = 0
+    for seed in range(30):
+        q = generate(seed, "eagle_hit")
+        step = q.asked_step()
+        matched = sum(1 for p in step.lookup.probes if p[1])
+        bs = q.scenario.engine.block_size
+        assert q.answer == max(matched - 1, 0) * bs, seed
+        assert q.scenario.speculative is not None and q.lesson == "17_speculative_decoding"
+        if matched:
+            drops += 1
+            assert any("EAGLE drops the last" in line for line in q.explanation)
+    assert drops >= 15

@@ -98,3 +98,55 @@ def test_without_torch_the_estimate_still_shows():
     assert out["exception"] == []
     assert any("torch is not installed" in i for i in out["info"])
     assert "Measure" not in out["buttons"] and out["tables"] == 1
+
+
+def test_measure_runs_again_when_pressed_and_shows_the_spread(monkeypatch):
+    pytest.importorskip("torch")
+    import explorer.prefill.cli as prefill_cli
+
+    calls = []
+    real = prefill_cli.run_measurement
+
+    def counted(*a, **k):
+        calls.append(a)
+        return real(*a, **k)
+
+    monkeypatch.setattr(prefill_cli, "run_measurement", counted)
+    at = _page()
+    at.selectbox(key="pf_model").select("tiny")
+    at.selectbox(key="pf_device").select("cpu")
+    at.number_input(key="pf_prompt").set_value(100)
+    at.number_input(key="pf_hit").set_value(64)
+    at.number_input(key="pf_repeats").set_value(2)
+    at.button(key="pf_go").click().run()
+    at.button(key="pf_go").click().run()
+    assert not at.exception and not at.error
+    assert len(calls) == 2, "the second press measured again"
+    assert "measurement 2 of this session" in " ".join(s.value for s in at.success)
+    assert any("2 timed runs each: full" in c.value and "spread" in c.value for c in at.caption)
+    at.run()  # a rerun without a press does not measure
+    assert len(calls) == 2
+
+
+def test_the_sweep_keeps_its_prompt_lengths_when_the_prompt_changes():
+    at = _page()
+    at.number_input(key="pf_prompt").set_value(100).run()
+    at.multiselect(key="pf_sweep_prompts").set_value([100, 256]).run()
+    at.number_input(key="pf_prompt").set_value(120).run()
+    assert not at.exception
+    assert list(at.multiselect(key="pf_sweep_prompts").value) == [100, 256]
+    assert (
+        120 in at.multiselect(key="pf_sweep_prompts").options or "120" in at.multiselect(key="pf_sweep_prompts").options
+    )
+
+
+def test_a_busy_machine_is_said_so():
+    from explorer.ui.pages.prefill import spread_note
+
+    calm = {"full_runs_ms": [10.0, 10.2, 10.1], "cached_runs_ms": [5.0, 5.1, 5.0], "load": 0.3, "cores": 2}
+    text, warn = spread_note(calm)
+    assert warn is None and "full 10.0 to 10.2 ms (spread 2%)" in text
+    _, warn = spread_note({**calm, "load": 3.5})
+    assert warn and "load average 3.5 on 2 cores" in warn
+    _, warn = spread_note({**calm, "cached_runs_ms": [5.0, 9.0, 5.2]})
+    assert warn and "spread widely" in warn

@@ -5,6 +5,7 @@ it from its default shows the view, and a late report for the old key is ignored
 from __future__ import annotations
 
 from explorer.ui import bound
+from explorer.ui.lesson_files import lesson_title
 from explorer.ui.state import ViewState
 from tests.ui.helpers import bound as widget
 from tests.ui.helpers import explorer, now_text, view
@@ -24,7 +25,8 @@ def test_a_new_value_gets_a_new_key_and_the_old_one_is_stale():
 
 
 def _defaults(at):
-    """What the browser would rebuild each bound widget with: its default in the page's protos."""
+    """What the browser would rebuild each bound widget with: its default in the page's protos
+    (the picker shows lesson titles)."""
     return {
         "step": widget(at, "slider", "px_w_step").proto.default[0],
         "bs": widget(at, "number_input", "px_w_bs").proto.default,
@@ -38,13 +40,19 @@ def _defaults(at):
 
 def test_every_bound_widget_defaults_to_the_view_after_the_app_moved_it():
     at = explorer(query={"lesson": "04_touch_then_allocate", "bs": "8", "nb": "12", "pc": "0"})
-    assert _defaults(at) == {"step": 0, "bs": 8, "nb": 12, "pc": False, "lesson": "04_touch_then_allocate"}
+    assert _defaults(at) == {
+        "step": 0,
+        "bs": 8,
+        "nb": 12,
+        "pc": False,
+        "lesson": lesson_title("04_touch_then_allocate"),
+    }
     for k in (1, 2, 3):
         at.button(key="px_b_next").click().run()
         assert _defaults(at)["step"] == k == view(at).step
     widget(at, "selectbox", "px_w_lesson").set_value("00_two_chat_turns").run()
     assert view(at) == ViewState(lesson="00_two_chat_turns")
-    assert _defaults(at) == {"step": 0, "bs": 16, "nb": 300, "pc": True, "lesson": "00_two_chat_turns"}
+    assert _defaults(at) == {"step": 0, "bs": 16, "nb": 300, "pc": True, "lesson": lesson_title("00_two_chat_turns")}
     at.button(key="px_b_last").click().run()
     assert _defaults(at)["step"] == 20 and "Step 20 of 20" in now_text(at)
 

@@ -9,7 +9,7 @@ from explorer.scenario.parse import load_scenario
 from explorer.viz.external_tier_html import external_tier_html
 from tests.ui.helpers import ROOT, all_html, errors, explorer, no_exception, step_to
 
-LESSON = "17_external_tier"
+LESSON = "18_external_tier"
 
 
 def _trace():

@@ -75,8 +75,10 @@ def test_shared_link_loads_the_setup_and_numbers_are_the_engines_stats():
     table = next(df.value for df in at.dataframe if "hits (stats)" in df.value.columns)
     assert list(table["hits (stats)"]) == [i.stats["hits"] for i in expected["prefix"].instances]
     assert list(table["queries (stats)"]) == [i.stats["queries"] for i in expected["prefix"].instances]
-    summary = next(df.value for df in at.dataframe if "hit tokens (prefill saved)" in df.value.columns)
-    assert list(summary["hit tokens (prefill saved)"])[:3] == [expected[p].hits for p in POLICIES]
+    # the summary: a column per policy, a row per figure (it wraps at 1024 px)
+    summary = next(t.value for t in at.table if "hit tokens (prefill saved)" in list(t.value.iloc[:, 0]))
+    row = list(summary.iloc[:, 0]).index("hit tokens (prefill saved)")
+    assert [summary[POLICY_LABELS[p]].iloc[row] for p in POLICIES] == [f"{expected[p].hits:,}" for p in POLICIES]
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from explorer.core.errors import ConfigError
+from explorer.core.sched.speculative import SpeculativeConfig
 
 
 @dataclass(frozen=True)
@@ -16,6 +17,9 @@ class SchedulerConfig:
     max_num_seqs: int = 64
     long_prefill_token_threshold: int = 0
     async_scheduling: bool = True
+    # vLLM's VllmConfig.speculative_config (None: no drafts), kept here beside the settings it
+    # constrains; see core/sched/speculative.py.
+    speculative_config: SpeculativeConfig | None = None
 
     def check(self, max_model_len: int) -> None:
         """vLLM's own refusals (config/scheduler.py:315-360), plus a budget of at least one."""
@@ -30,4 +34,8 @@ class SchedulerConfig:
             raise ConfigError(
                 f"long_prefill_token_threshold ({self.long_prefill_token_threshold}) must be in "
                 f"[0, max_model_len = {max_model_len}]"
+            )
+        if self.speculative_config is not None:
+            self.speculative_config.check(
+                self.max_num_batched_tokens, self.async_scheduling, self.long_prefill_token_threshold
             )

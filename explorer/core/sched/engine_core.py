@@ -12,6 +12,12 @@ when it runs a batch every scheduled request that is not a prefill chunk samples
 its ``output`` at the position being computed. The scheduler learns the token only in the
 ``update_from_output`` of that batch, as from a real model; a stale output the scheduler drops
 is sampled again at the same position by a later batch.
+
+With speculative decoding the model is played further (spec_decode.py): a request verifying
+drafts samples the accepted ones plus a bonus token, the number accepted at its i-th step that
+verifies real drafts being ``accepted[i]`` (0 past the list's end), capped at the drafts
+scheduled; after each step that ran the model, the played drafter proposes
+``num_speculative_tokens`` drafts for every request of the batch (``post_step``, sync only).
 """
 
 from __future__ import annotations
@@ -28,43 +34,72 @@ from explorer.core.sched.config import SchedulerConfig
 from explorer.core.sched.kv_connector.base import ConnectorWorker, KVConnectorBase
 from explorer.core.sched.output import EngineCoreOutputs, KVEventPublisher, ModelRunnerOutput, SchedulerOutput
 from explorer.core.sched.scheduler import Scheduler
+from explorer.core.sched.spec_decode import DraftTokenIds, is_placeholder
 
 
 class PlayedModel:
     """Stands in for the model executor: knows what each request will sample."""
 
-    def __init__(self, connector_worker: ConnectorWorker | None = None) -> None:
+    def __init__(self, connector_worker: ConnectorWorker | None = None, num_speculative_tokens: int = 0) -> None:
         self.outputs: dict[str, Sequence[int]] = {}
         # The KV connector's worker side: it reports on every batch, even one with no tokens
         # (the model runner's kv_connector_no_forward).
         self.connector_worker = connector_worker
+        self.num_speculative_tokens = num_speculative_tokens
+        # Speculative decoding: drafts accepted per verifying step, and steps verified so far.
+        self.accepted: dict[str, Sequence[int]] = {}
+        self.num_verified: dict[str, int] = {}
+        self.last_batch: list[str] = []
 
-    def add_request(self, request_id: str, output: Sequence[int]) -> None:
+    def add_request(self, request_id: str, output: Sequence[int], accepted: Sequence[int] = ()) -> None:
         self.outputs[request_id] = output
+        self.accepted[request_id] = accepted
+        self.num_verified[request_id] = 0
+
+    def _num_accepted(self, request_id: str, spec_token_ids: list[int]) -> int:
+        """Drafts this step accepts: none of an admission's placeholders; otherwise the
+        request's next ``accepted`` entry, capped at the drafts scheduled."""
+        if not spec_token_ids or is_placeholder(spec_token_ids):
+            return 0
+        i = self.num_verified[request_id]
+        self.num_verified[request_id] = i + 1
+        accepted = self.accepted[request_id]
+        return min(accepted[i] if i < len(accepted) else 0, len(spec_token_ids))
 
     def execute_model(self, scheduler_output: SchedulerOutput, requests: Mapping[str, Request]) -> ModelRunnerOutput:
         """Run the batch just scheduled: a request that is not a prefill chunk samples the
         token at position ``num_computed_tokens`` (placeholders included), i.e. output index
         ``num_computed_tokens - num_prompt_tokens``; a prefill chunk samples nothing."""
         req_ids = list(scheduler_output.num_scheduled_tokens)
+        self.last_batch = req_ids
         sampled: list[list[int]] = []
         for req_id in req_ids:
             request = requests[req_id]
             if request.is_prefill_chunk:
                 sampled.append([])
-            else:
-                index, output = request.num_computed_tokens - request.num_prompt_tokens, self.outputs[req_id]
-                if not 0 <= index < len(output):
-                    # vLLM can schedule past max_tokens after a dropped stale output (a KV
-                    # connector under async scheduling); the played model has no token there.
-                    raise SchedulingError(
-                        f"the played model was asked for output[{index}] of {req_id!r} ({len(output)} tokens)"
-                    )
-                sampled.append([output[index]])
+                continue
+            spec = scheduler_output.scheduled_spec_decode_tokens.get(req_id, [])
+            start = request.num_computed_tokens - len(spec) - request.num_prompt_tokens
+            output = self.outputs[req_id]
+            if not 0 <= start < len(output):
+                # vLLM can schedule past max_tokens after a dropped stale output (a KV
+                # connector under async scheduling); the played model has no token there.
+                raise SchedulingError(
+                    f"the played model was asked for output[{start}] of {req_id!r} ({len(output)} tokens)"
+                )
+            sampled.append(list(output[start : start + 1 + self._num_accepted(req_id, spec)]))
         kv_output = None
         if self.connector_worker is not None:
             kv_output = self.connector_worker.execute(scheduler_output.kv_connector_metadata)
         return ModelRunnerOutput(req_ids, {r: i for i, r in enumerate(req_ids)}, sampled, kv_output)
+
+    def take_draft_token_ids(self) -> DraftTokenIds | None:
+        """The played drafter: ``num_speculative_tokens`` drafts for every request of the last
+        batch (their values never reach the cache; these are 0s)."""
+        if not self.num_speculative_tokens:
+            return None
+        k = self.num_speculative_tokens
+        return DraftTokenIds(list(self.last_batch), [[0] * k for _ in self.last_batch])
 
 
 @dataclass(frozen=True)
@@ -92,8 +127,8 @@ class EngineCore:
         )
         self.step_fn = self.step if self.batch_queue is None else self.step_with_batch_queue
 
-    def add_request(self, request: Request, output: Sequence[int]) -> None:
-        self.model_executor.add_request(request.request_id, output)
+    def add_request(self, request: Request, output: Sequence[int], accepted: Sequence[int] = ()) -> None:
+        self.model_executor.add_request(request.request_id, output, accepted)
         self.scheduler.add_request(request)
 
     def abort_requests(self, request_ids: Iterable[str]) -> list[Request]:
@@ -118,7 +153,16 @@ class EngineCore:
         scheduler_output = self.scheduler.schedule()
         model_output = self._execute(scheduler_output)
         engine_core_outputs = self.scheduler.update_from_output(scheduler_output, model_output)
-        return EngineStep(scheduler_output, engine_core_outputs, scheduler_output.total_num_scheduled_tokens > 0)
+        model_executed = scheduler_output.total_num_scheduled_tokens > 0
+        self.post_step(model_executed)
+        return EngineStep(scheduler_output, engine_core_outputs, model_executed)
+
+    def post_step(self, model_executed: bool) -> None:
+        """The drafter's proposals reach the scheduler after the update (core.py:661-668)."""
+        if self.scheduler.speculative_config is not None and self.batch_queue is None and model_executed:
+            draft_token_ids = self.model_executor.take_draft_token_ids()
+            if draft_token_ids is not None:
+                self.scheduler.update_draft_token_ids(draft_token_ids)
 
     def step_with_batch_queue(self) -> EngineStep:
         """Fill the batch queue before taking outputs (core.py:670-783)."""
@@ -155,4 +199,6 @@ def make_engine_core(
     a KV connector's scheduler side goes to the scheduler, its played worker to the model."""
     scheduler_cls = AsyncScheduler if config.async_scheduling else Scheduler
     scheduler = scheduler_cls(kv_cache_manager, config, kv_event_publisher, connector=connector)
-    return EngineCore(scheduler, PlayedModel(connector_worker), 2 if config.async_scheduling else 1)
+    spec = config.speculative_config
+    model = PlayedModel(connector_worker, 0 if spec is None else spec.num_speculative_tokens)
+    return EngineCore(scheduler, model, 2 if config.async_scheduling else 1)

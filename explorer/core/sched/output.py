@@ -50,6 +50,8 @@ class SchedulerOutput:
     # block table; a running one, the blocks allocate_slots added (NewRequestData.block_ids,
     # CachedRequestData.new_block_ids); filled only with a KV connector.
     new_block_ids: dict[str, list[int]] = field(default_factory=dict)
+    # req_id -> the drafts scheduled with it (placeholders -1 for a padded admission).
+    scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass

@@ -42,8 +42,10 @@ class Admitted:
 
 
 class RequestSteps:
-    def __init__(self, kv_cache_manager: KVCacheManager) -> None:
+    def __init__(self, kv_cache_manager: KVCacheManager, num_lookahead_tokens: int = 0) -> None:
         self.kv_cache_manager = kv_cache_manager
+        # Speculative decoding: the drafter's slots every allocation adds (never cached).
+        self.num_lookahead_tokens = num_lookahead_tokens
         # Requests in the order they became running (a later chunk does not move one).
         self.running: list[Request] = []
         # How a request's blocks go back: the manager's free, or the scheduler's, which defers
@@ -83,6 +85,8 @@ class RequestSteps:
             num_external_computed_tokens,
             delay_cache_blocks,
             reserved_blocks,
+            # no drafter slots while an async KV load runs (scheduler.py:1177-1180)
+            0 if delay_cache_blocks else self.num_lookahead_tokens,
         )
         if new_blocks is not None and did_lookup:
             mgr.record_prefix_cache_stats(request, num_new_computed_tokens)
@@ -110,14 +114,32 @@ class RequestSteps:
         required = mgr.coordinator.get_num_blocks_to_allocate(request.request_id, num_tokens, hits)
         return required <= mgr.block_pool.get_num_free_blocks()
 
-    def compute_pending(self, request: Request) -> KVCacheBlocks | None:
-        """allocate_slots for a running request's pending tokens (after sampling, a decode);
-        None, changing nothing, when there is no room."""
-        pending = request.num_tokens - request.num_computed_tokens
-        new_blocks = self.kv_cache_manager.allocate_slots(request, pending)
+    def compute_pending(self, request: Request, num_draft_tokens: int = 0) -> KVCacheBlocks | None:
+        """allocate_slots for a running request's pending tokens (after sampling, a decode),
+        and for ``num_draft_tokens`` drafts this step verifies; None, changing nothing, when
+        there is no room. ``num_computed_tokens`` moves past the drafts, as the scheduler's
+        ``_update_after_schedule`` moves it (a draft position is never hashed: rule 72)."""
+        num_new = request.num_tokens - request.num_computed_tokens + num_draft_tokens
+        new_blocks = self.kv_cache_manager.allocate_slots(
+            request, num_new, num_lookahead_tokens=self.num_lookahead_tokens
+        )
         if new_blocks is not None:
-            request.num_computed_tokens = request.num_tokens
+            request.num_computed_tokens = request.num_tokens + num_draft_tokens
         return new_blocks
+
+    def roll_back_rejected(self, request: Request, num_draft_tokens: int, num_sampled: int) -> int:
+        """The model answered a step that verified ``num_draft_tokens`` drafts with
+        ``num_sampled`` tokens (the accepted drafts plus one bonus token): the rejected drafts
+        leave ``num_computed_tokens`` (scheduler.py:2051-2069). Returns how many."""
+        num_accepted = max(num_sampled - 1, 0)
+        num_rejected = num_draft_tokens - num_accepted
+        request.num_computed_tokens -= num_rejected
+        observer = self.kv_cache_manager.observer
+        if observer is not None:
+            observer.on_drafts_verified(
+                request.request_id, num_draft_tokens, num_accepted, False, request.num_computed_tokens
+            )
+        return num_rejected
 
     def finish(self, request: Request, status: RequestStatus = RequestStatus.FINISHED_STOPPED) -> None:
         """The request is done (or aborted): its blocks return in reverse order."""
@@ -128,6 +150,7 @@ class RequestSteps:
         """Free the blocks and start over: re-admission looks the prompt up again."""
         self.free(request)
         request.num_computed_tokens = 0
+        request.spec_token_ids = []
         request.status = RequestStatus.PREEMPTED
         request.num_preemptions += 1
 

@@ -14,14 +14,11 @@ One engine step is ``schedule()``, the model runs the batch, then ``update_from_
   one batch and reports the step's prefix-cache stats.
 
 The waiting pass is in waiting.py, the KV connector's path (async loads, failed loads,
-deferred frees, the connector reset) in connector_path.py, the connectors in kv_connector/.
-
-What vLLM's scheduler also does and this mirror leaves out, because none of it changes a
-prefix-cache decision without its feature: encoder inputs, structured output, LoRA slot limits,
-the priority policy, pipeline and data parallelism, streaming input, Mamba alignment and the
-watermark (0 by default). Every manager call goes through the manager-level `RequestSteps`
-where the call is the same (lookup, admission, preemption, free, reset), so the scenario ops
-and the scheduler make one set of calls.
+deferred frees, the connector reset) in connector_path.py, the connectors in kv_connector/,
+drafts (speculative decoding) in spec_decode.py. Left out, as none of it changes a
+prefix-cache decision without its feature: encoder inputs, structured output, LoRA slots,
+priorities, pipeline/data parallelism, streaming input, Mamba alignment, the watermark (0).
+Manager calls go through `RequestSteps` where they are the same as the scenario ops'.
 """
 
 from __future__ import annotations
@@ -73,6 +70,7 @@ class Scheduler(WaitingPass, FinishAndReset):
         self.block_size = kv_cache_manager.block_size
         self.kv_event_publisher: KVEventPublisher = kv_event_publisher or KVEventCollector()
         self.clock = clock
+        self._init_spec_decode(config.speculative_config)
         # req_id -> Request, every request not finished, in arrival order.
         self.requests: dict[str, Request] = {}
         # FCFS: arrivals at the back, preempted requests at the front (request_queue.py:76-116).
@@ -132,7 +130,7 @@ class Scheduler(WaitingPass, FinishAndReset):
 
         # First, the RUNNING requests (scheduler.py:628-869).
         req_index = 0
-        while req_index < len(self.running) and token_budget > 0:
+        while req_index < len(self.running) and (room := self._input_room(token_budget, num_scheduled_tokens)) > 0:
             request = self.running[req_index]
             assert request.max_tokens is not None
             # Async: the step in flight surely reached max_tokens; no extra step (L645-655).
@@ -143,19 +141,23 @@ class Scheduler(WaitingPass, FinishAndReset):
             ):
                 req_index += 1
                 continue
-            num_new_tokens = request.num_tokens + request.num_output_placeholders - request.num_computed_tokens
+            num_new_tokens = (
+                request.num_tokens_with_spec + request.num_output_placeholders - request.num_computed_tokens
+            )
             if 0 < threshold < num_new_tokens:
                 num_new_tokens = threshold
-            num_new_tokens = min(num_new_tokens, token_budget)
-            # The input position must stay below max_model_len (L685-691).
-            num_new_tokens = min(num_new_tokens, self.max_model_len - request.num_computed_tokens - 1)
+            num_new_tokens = min(num_new_tokens, room)
+            num_new_tokens = min(num_new_tokens, self.max_model_len - request.num_computed_tokens - 1)  # L685-691
+            num_new_tokens = self._reserve_prefill_lookahead(request, request.num_computed_tokens, num_new_tokens)
             if num_new_tokens == 0:
                 # `continue`, not `break`: a later request may still fit (L738-741).
                 req_index += 1
                 continue
 
             while True:
-                new_blocks = self.kv_cache_manager.allocate_slots(request, num_new_tokens)
+                new_blocks = self.kv_cache_manager.allocate_slots(
+                    request, num_new_tokens, num_lookahead_tokens=self.num_lookahead_tokens
+                )
                 if new_blocks is not None:
                     break
                 if self.connector is not None and self.connector.has_pending_block_frees():
@@ -183,6 +185,7 @@ class Scheduler(WaitingPass, FinishAndReset):
             num_scheduled_tokens[request.request_id] = num_new_tokens
             token_budget -= num_new_tokens
             req_index += 1
+            self._schedule_spec_tokens(request, num_new_tokens)
 
         # Next, the WAITING requests, but not in a step that preempted (L872-1344).
         external: dict[str, int] = {}
@@ -208,6 +211,7 @@ class Scheduler(WaitingPass, FinishAndReset):
             preempted_reqs=[r.request_id for r in preempted_reqs],
             external=external,
             new_block_ids=new_block_ids,
+            scheduled_spec_decode_tokens=self._take_spec_tokens(),
         )
         if self.connector is not None:
             scheduler_output.kv_connector_metadata = self.connector.build_connector_meta(scheduler_output)
@@ -294,6 +298,7 @@ class Scheduler(WaitingPass, FinishAndReset):
 
             req_index = model_runner_output.req_id_to_index[req_id]
             new_token_ids = sampled_token_ids[req_index] if sampled_token_ids else []
+            self._roll_back_rejected(request, scheduler_output, new_token_ids, output_is_stale)
             status_before_stop = request.status
             stopped = False
             if new_token_ids:

@@ -18,9 +18,10 @@ from explorer.core.kv_cache_manager import KVCacheBlocks
 from explorer.core.request import Request, RequestStatus
 from explorer.core.sched.connector_path import ConnectorPath, holds_kv_blocks
 from explorer.core.sched.request_steps import RequestSteps
+from explorer.core.sched.spec_decode import SpecDecodeMixin
 
 
-class WaitingPass(ConnectorPath):
+class WaitingPass(ConnectorPath, SpecDecodeMixin):
     request_steps: RequestSteps
     waiting: deque[Request]
     max_num_running_reqs: int
@@ -42,7 +43,7 @@ class WaitingPass(ConnectorPath):
             (skipped_kv_holding if holds_kv_blocks(r) else skipped_waiting).appendleft(r)
 
         connector = self.connector
-        while token_budget > 0:
+        while (room := self._input_room(token_budget, num_scheduled_tokens)) > 0:
             queue = self.kv_holding_waiting or self.waiting
             if not queue or len(self.running) >= self.max_num_running_reqs:
                 break
@@ -91,11 +92,17 @@ class WaitingPass(ConnectorPath):
                 num_new_tokens = 0
             else:
                 # `num_tokens`, not the prompt: a resumed request recomputes its outputs.
-                num_new_tokens = request.num_tokens - num_computed_tokens
+                # Speculative decoding pads an admission with one token left (spec_decode.py).
+                num_new_tokens = self._pad_spec_decode(
+                    num_computed_tokens, request.num_tokens - num_computed_tokens, room
+                )
                 if 0 < threshold < num_new_tokens:
                     num_new_tokens = threshold
-                num_new_tokens = min(num_new_tokens, token_budget)
+                num_new_tokens = min(num_new_tokens, room)
                 assert num_new_tokens > 0, "a sync KV load must leave a token to compute (L1124)"
+                num_new_tokens = self._reserve_prefill_lookahead(request, num_computed_tokens, num_new_tokens)
+                if num_new_tokens == 0:
+                    break
 
             # The whole sequence must fit (scheduler_reserve_full_isl); an async load also leaves
             # the in-flight prefills their blocks (L1195-1222); stats only at admission.
@@ -136,6 +143,7 @@ class WaitingPass(ConnectorPath):
             token_budget -= num_new_tokens
             self.request_steps.set_running(request)
             request.num_computed_tokens = num_computed_tokens
+            self._note_padding(request, num_new_tokens, num_computed_tokens)
             if num_computed_tokens + num_new_tokens < request.num_tokens:
                 self._inflight_prefills[request] = None
         # Skipped requests go back to the front of their queues, in their order (L1341-1344).

@@ -123,16 +123,18 @@ def lookup_panel(trace: Trace, k: int) -> Panel | None:
     elif missed:
         s.append(
             f"Blocks 0-{hits - 1} hit and block {hits} missed; every later hash chains through the missing one, so the walk stops at the first miss: "
-            f"hit = {hits} x {bs} = {lk.hit_tokens:,} tokens."
+            f"hit = {lk.hit_tokens // bs} x {bs} = {lk.hit_tokens:,} tokens."
         )
     else:
         s.append(
-            f"{('Both blocks' if hits == 2 else 'All ' + blocks_text(hits)) if hits > 1 else 'The one block'} it may look at hit, so the walk ends at the cap: hit = {hits} x {bs} = {lk.hit_tokens:,} tokens"
+            f"{('Both blocks' if hits == 2 else 'All ' + blocks_text(hits)) if hits > 1 else 'The one block'} it may look at hit, so the walk ends at the cap: hit = {lk.hit_tokens // bs} x {bs} = {lk.hit_tokens:,} tokens"
             + (
                 f"; the other {counted(lk.num_tokens - lk.hit_tokens, 'token')} are computed even if more of them are cached."
                 if lk.num_tokens - lk.hit_tokens > 0
                 else "."
             )
         )
+    for index, block_id in step.eagle_dropped:  # speculative decoding (design section 9)
+        s.append(f"EAGLE dropped the last matching block (block {index}, #{block_id}) from the hit.")
     s.append("The lookup only reads the hash map: no ref_cnt changes until allocate_slots succeeds.")
     return Panel("lookup", 2, PANEL_TITLES["lookup"], refs, tuple(s), f"hit {lk.hit_tokens:,}")

@@ -133,6 +133,17 @@ def now(trace: Trace, k: int) -> Now:
                 else ", and no block became full, so there is no new hash."
             )
         ]
+        for d in step.drafts:  # speculative decoding (design section 9): the verified drafts
+            s[0] = (
+                f"{rid} gets {counted(toks, 'token')}: {d.num_accepted} accepted of the {d.num_drafts} drafts its "
+                f"decode verified, plus a bonus token; {d.num_rejected} rejected, rolled back to "
+                f"num_computed_tokens {d.num_computed_tokens}. The pool does not change"
+                + (
+                    f", but {counted(made, 'new block hash', 'new block hashes')} exist{'s' if made == 1 else ''} now."
+                    if made
+                    else "."
+                )
+            )
     elif op.op in ("finish", "preempt"):
         refs = (REFS["free"], REFS["free_blocks"])
         front = sum(1 for f in step.freed if f.to == "front")
@@ -168,6 +179,6 @@ def metrics_sentence(trace: Trace, k: int) -> str:
     st = snap.stats
     rate = st["hits"] / st["queries"] if st["queries"] else 0.0
     return (
-        f"{st['requests']} admitted requests, {st['queries']:,} query tokens, {st['hits']:,} hit tokens: hit rate {rate:.1%}; "
-        f"window of the last {snap.window_requests} requests: {snap.window_hit_rate:.1%}."
+        f"{counted(st['requests'], 'admitted request')}, {st['queries']:,} query tokens, {st['hits']:,} hit tokens: hit rate {rate:.1%}; "
+        f"window of the last {counted(snap.window_requests, 'request')}: {snap.window_hit_rate:.1%}."
     )

@@ -101,6 +101,41 @@ def _table_html(result: dict) -> str:
     )
 
 
+# How vLLM 0.31.0 derives NONE_HASH (init_none_hash, kv_cache_utils.py:160-172): the hash
+# function of the algorithm applied to the seed string, so the string is serialised first.
+NONE_HASH_FORMULA = {
+    "sha256": "sha256(pickle.dumps(seed, protocol=5))",
+    "sha256_cbor": "sha256(cbor2.dumps(seed, canonical=True))",
+    "xxhash": "xxh3_128(pickle.dumps(seed, protocol=5))",
+    "xxhash_cbor": "xxh3_128(cbor2.dumps(seed, canonical=True))",
+}
+INTERVIEW_NOTE = (
+    'The interview walkthrough\'s runnable model writes NONE_HASH = sha256(b"vllm-none-hash") = f686fa60..., '
+    "the hash of the seed's raw bytes, and pickles each block's tuple with pickle's default protocol; vLLM 0.31.0 "
+    "hashes the pickled seed string (protocol 5), so its NONE_HASH is 066b1e89... and every block hash differs "
+    "from the model's. The model's hit counts are still vLLM's: a hit needs only equal hashes for equal prefixes."
+)
+XXHASH_NOTE = (
+    "xxhash without a seed: vLLM draws a random seed in every process (init_none_hash warns about it), so these "
+    "values change from run to run and between vLLM instances. Type a seed (as PYTHONHASHSEED) to repeat them."
+)
+
+
+def seed_caption(algo: str, typed_seed: str) -> str:
+    """What the NONE_HASH line needs beside it: the walkthrough's other value for sha256's
+    default seed, the per-run seed of xxhash without one."""
+    if algo in NON_CRYPTO_HASH_ALGOS and not typed_seed:
+        return XXHASH_NOTE
+    if algo == "sha256" and not typed_seed:
+        return INTERVIEW_NOTE
+    if not typed_seed:
+        return (
+            'vLLM\'s default seed "vllm-none-hash", CBOR-encoded: the same NONE_HASH in every vLLM process, '
+            "and reproducible outside Python."
+        )
+    return "A typed seed is the string vLLM would read from PYTHONHASHSEED: the same seed gives the same hashes in any run."
+
+
 def render() -> None:
     with contextlib.suppress(OSError):
         st.html(f"<style>{CSS_PATH.read_text(encoding='utf-8')}</style>")
@@ -195,8 +230,10 @@ def render() -> None:
     )
     st.html(
         f"<div class='px-refs' data-px-none-hash='{result['none_hash']}'>algo {esc(result['algo'])} · seed "
-        f"{esc(json.dumps(result['hash_seed']))}{seed_note}<br>NONE_HASH = {algo}(seed) = {result['none_hash']}</div>"
+        f"{esc(json.dumps(result['hash_seed']))}{seed_note}<br>NONE_HASH = {esc(NONE_HASH_FORMULA[algo])} = "
+        f"{result['none_hash']}</div>"
     )
+    st.caption(seed_caption(algo, typed_seed))
     if drawn and st.button("Draw a new seed", key="px_h_newseed"):
         st.session_state.pop(K_SEED, None)
         st.rerun()

@@ -36,6 +36,9 @@ REFRESH_S = 1.0
 QUIET_AFTER_S = 5.0
 
 DEFAULT_ENDPOINTS = "tcp://127.0.0.1:5557"
+# What to try when nothing is connected, by the side this page took (connect or bind).
+HINT_BIND = "nothing connected: if your publisher connects (endpoint with a host), choose Bind"
+HINT_CONNECT = "nothing connected: if your publisher binds (endpoint with * or ::), untick Bind and connect to it"
 
 INTRO = """
 Point this page at running vLLM instances started with KV events on, for example
@@ -87,9 +90,13 @@ def _status_line(snap: EndpointSnap, running: bool) -> tuple[str, str]:
     if not running:
         return "info", f"stopped ({conn})"
     if conn.startswith("retrying"):
-        return "error", f"{conn}: no publisher at {snap.endpoint} (is vLLM running with KV events on?)"
+        return "error", f"{conn}: {HINT_BIND}; if it binds, is vLLM running at {snap.endpoint} with KV events on?"
     quiet = snap.running_for if age is None else age
     if quiet >= QUIET_AFTER_S:
+        if age is None and conn == "connecting":
+            return "warning", f"{conn}: {HINT_BIND}."
+        if age is None and conn.startswith(("binding", "listening")):
+            return "warning", f"{conn}: {HINT_CONNECT}."
         what = "nothing received yet" if age is None else f"no batch for {age:.0f} s"
         return "warning", f"{conn}: {what} (vLLM publishes only when a step changes the cache)"
     return "info", f"{conn}: waiting for batches"

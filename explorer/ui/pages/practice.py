@@ -14,7 +14,7 @@ import streamlit as st
 
 from explorer.numbers import is_int
 from explorer.practice.generate import generate
-from explorer.practice.hit_value import hit_value_rows, load_measurements, max_hit_for
+from explorer.practice.hit_value import hit_value_rows, load_measurements, max_hit_for, measured_summary
 from explorer.practice.hits import q_mistake
 from explorer.practice.interview import FOLLOW_UPS, MISTAKES, MISTAKES_BY_NAME, RUBRIC
 from explorer.practice.question import KIND_LABELS, KINDS, MAX_SEED, Question, Score, format_answer
@@ -131,7 +131,7 @@ def _question_block() -> None:
     if q.mistake:
         st.markdown(f"**The mistake:** {q.mistake}")
     with st.expander("What happened so far", expanded=True):
-        st.code("\n".join(q.setup) if q.setup else "(nothing yet)", language=None)
+        st.code("\n".join(q.setup) if q.setup else "(nothing yet)", language=None, wrap_lines=True)
     st.markdown("**State before the step**")
     st.markdown("\n".join(f"- {line}" for line in q.state))
     st.markdown(f"**Now:** {q.asked}.")
@@ -174,7 +174,7 @@ def _reveal(q: Question, correct: bool, message: str) -> None:
     st.markdown("\n".join(f"- {line}" for line in q.explanation))
     step = q.asked_step()
     st.markdown("**What the engine did in this step**")
-    st.code(describe_step(step, q.scenario.engine.block_size).strip(), language=None)
+    st.code(describe_step(step, q.scenario.engine.block_size).strip(), language=None, wrap_lines=True)
     if q.lesson:
         st.page_link(
             LESSONS_PAGE,
@@ -227,6 +227,7 @@ def _interview() -> None:
             st.code(
                 "\n".join(demo.setup + (describe_step(demo.asked_step(), demo.scenario.engine.block_size).strip(),)),
                 language=None,
+                wrap_lines=True,
             )
             st.markdown(
                 f"The mistake predicts **{format_answer('int', demo.mistaken_answer)}**; the engine hits "
@@ -304,17 +305,20 @@ def _value_of_a_hit() -> None:
     measurements = load_measurements(DOCS_DIR)
     st.subheader("Measured")
     if measurements:
+        summary = measured_summary(measurements)
+        if summary:
+            st.markdown(f"**{summary}**. The README's benchmark table quotes the same figures.")
         st.table(
             {
                 "source": [m.get("source") for m in measurements],
                 "model": [m.get("model") for m in measurements],
                 "device": [m.get("device") for m in measurements],
-                "prompt": [m.get("prompt_tokens") for m in measurements],
-                "hit": [m.get("hit_tokens") for m in measurements],
-                "full ms": [m.get("full_ms") for m in measurements],
-                "cached ms": [m.get("cached_ms") for m in measurements],
-                "saved": [m.get("saved_fraction") for m in measurements],
-                "ideal": [m.get("ideal_fraction") for m in measurements],
+                "prompt": [_num(m.get("prompt_tokens")) for m in measurements],
+                "hit": [_num(m.get("hit_tokens")) for m in measurements],
+                "full ms": [_num(m.get("full_ms")) for m in measurements],
+                "cached ms": [_num(m.get("cached_ms")) for m in measurements],
+                "saved": [_pct(m.get("saved_fraction")) for m in measurements],
+                "FLOP ideal": [_pct(m.get("flop_ideal_fraction")) for m in measurements],
             }
         )
     else:
@@ -324,6 +328,14 @@ def _value_of_a_hit() -> None:
         )
     if (DOCS_DIR / "prefill.md").is_file():
         st.markdown("How the measurements were taken: `docs/prefill.md`.")
+
+
+def _num(v: object) -> str:
+    return f"{v:,}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v or "")
+
+
+def _pct(v: object) -> str:
+    return f"{v:.1%}" if isinstance(v, (int, float)) and not isinstance(v, bool) else ""
 
 
 def render() -> None:

@@ -10,6 +10,9 @@ estimate; without a GPU it measures on the CPU.
 from __future__ import annotations
 
 import importlib.util
+import os
+import secrets
+import statistics
 
 import streamlit as st
 
@@ -26,8 +29,12 @@ from explorer.prefill.estimate import (
 from explorer.prefill.validate import DEVICES, check_settings, max_hit
 from explorer.ui.text import error
 
-K_LAST = "pf_last"  # settings of the last single measurement shown
+K_LAST = "pf_last"  # settings of the last single measurement shown (and its run number)
+K_RUNS = "pf_runs"  # how many times Measure was pressed in this session
 K_SWEEP = "pf_sweep"  # settings of the last sweep shown
+K_SWEEP_KEPT = "pf_sweep_kept"  # the sweep's prompt lengths, kept when the prompt changes
+W_SWEEP_PROMPTS = "pf_sweep_prompts"
+BUSY_SPREAD = 0.25  # timed runs spreading more than this (max - min over the median): a busy machine
 
 
 # ---- what this machine can do ---------------------------------------------------------------
@@ -64,12 +71,22 @@ def _model(name: str, device: str):
     return load_model(MODELS[name], device, default_dtype(device))
 
 
+def _load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):
+        return None
+
+
 @st.cache_data(show_spinner=False, max_entries=256)
-def _measure(name: str, device: str, prompt: int, hit: int, repeats: int) -> dict:
-    """One measurement as plain data, cached per settings. No Streamlit calls in here: a cached
-    function's elements are replayed on a hit, which an outside progress bar cannot survive."""
+def _measure(name: str, device: str, prompt: int, hit: int, repeats: int, run: str = "") -> dict:
+    """One measurement as plain data, cached per settings and ``run`` (a token drawn by each press
+    of Measure, so each press measures again; the sweep's points stay cached). No Streamlit calls
+    in here: a cached function's elements are replayed on a hit, which an outside progress bar
+    cannot survive."""
     from explorer.prefill.cli import greedy_text, run_measurement
 
+    load_before = _load()
     r = run_measurement(name, device, prompt, hit, load=lambda cfg, dev, dtype: _model(cfg.name, dev), repeats=repeats)
     out = r.to_json()
     out.update(
@@ -81,22 +98,48 @@ def _measure(name: str, device: str, prompt: int, hit: int, repeats: int) -> dic
         greedy_cached=r.greedy_cached,
         greedy_full=r.greedy_full,
         greedy_text=greedy_text(name, r.greedy_cached),
+        load=max((x for x in (load_before, _load()) if x is not None), default=None),
+        cores=os.cpu_count(),
     )
     return out
 
 
-def _measure_many(cases: list[tuple[str, str, int, int, int]]) -> list[dict]:
-    """Measure each case (cached ones return at once) under a progress bar."""
+def _spread(runs: list[float]) -> float:
+    return (max(runs) - min(runs)) / statistics.median(runs) if runs and statistics.median(runs) > 0 else 0.0
+
+
+def spread_note(r: dict) -> tuple[str, str | None]:
+    """(the spread of the timed runs, a warning when they or the load say the machine is busy)."""
+    full, cached = r["full_runs_ms"], r["cached_runs_ms"]
+    text = (
+        f"{len(full)} timed runs each: full {min(full):,.1f} to {max(full):,.1f} ms (spread {_spread(full):.0%}), "
+        f"cached {min(cached):,.1f} to {max(cached):,.1f} ms (spread {_spread(cached):.0%}); the medians are shown."
+    )
+    load, cores = r.get("load"), r.get("cores")
+    busy_load = load is not None and cores and load >= 0.75 * cores
+    wide = max(_spread(full), _spread(cached)) > BUSY_SPREAD
+    if not (busy_load or wide):
+        return text, None
+    why = f"load average {load:.1f} on {cores} cores" if busy_load else "the timed runs spread widely"
+    return text, (
+        f"The machine is busy ({why}): these times move with other work. Press Measure to run it again, "
+        "or read the trend of a sweep rather than one point."
+    )
+
+
+def _measure_many(cases: list[tuple]) -> list[dict]:
+    """Measure each case (name, device, prompt, hit, repeats[, run]); cached ones return at once,
+    under a progress bar."""
     bar = st.progress(0.0, text="starting")
     out = []
     try:
-        for i, (name, device, prompt, hit, repeats) in enumerate(cases):
+        for i, (name, device, prompt, hit, repeats, *run) in enumerate(cases):
             bar.progress(
                 i / len(cases),
                 text=f"{name}: prompt {prompt:,}, hit {hit:,} ({i + 1} of {len(cases)}): "
                 f"warm-up, then {repeats} timed runs of the full and the cached prefill",
             )
-            out.append(_measure(name, device, prompt, hit, repeats))
+            out.append(_measure(name, device, prompt, hit, repeats, *run))
     finally:
         bar.empty()
     return out
@@ -188,11 +231,16 @@ def _estimate(name: str, prompt: int, hit: int, caps: dict) -> tuple[float, floa
     return peak * 1e12, util
 
 
-def _show_result(r: dict) -> None:
+def _show_result(r: dict, run: int = 0) -> None:
     st.success(
         f"Measured **{r['model']}** ({r['weights']} weights) on **{r['device_name']}** ({r['device']}), "
-        f"**{r['dtype']}**; median of {len(r['full_runs_ms'])} timed runs each after a warm-up."
+        f"**{r['dtype']}**; median of {len(r['full_runs_ms'])} timed runs each after a warm-up"
+        + (f" (measurement {run} of this session)." if run else ".")
     )
+    spread, busy = spread_note(r)
+    st.caption(spread)
+    if busy:
+        st.warning(busy)
     c = st.columns(3)
     c[0].metric("Full prefill", f"{r['full_ms']:,.1f} ms", help=f"computes all {r['prompt_tokens']:,} tokens")
     c[1].metric(
@@ -220,6 +268,10 @@ def _show_result(r: dict) -> None:
     )
 
 
+def _keep_sweep_prompts() -> None:
+    st.session_state[K_SWEEP_KEPT] = list(st.session_state.get(W_SWEEP_PROMPTS) or [])
+
+
 def _sweep(name: str, device: str, prompt: int, repeats: int, peak: float, util: float) -> None:
     from explorer.prefill.measure import sweep_hits
     from explorer.viz.prefill import sweep_figure
@@ -227,8 +279,13 @@ def _sweep(name: str, device: str, prompt: int, repeats: int, peak: float, util:
     st.subheader("Sweep: time against hit length")
     cfg = MODELS[name]
     c1, c2 = st.columns(2)
-    choices = sorted({p for p in (prompt, 256, 512, 1024, 2048) if p <= cfg.max_model_len})
-    prompts = c1.multiselect("Prompt lengths", choices, default=[prompt], key="pf_sweep_prompts")
+    kept = st.session_state.get(K_SWEEP_KEPT)
+    kept = [prompt] if kept is None else kept
+    choices = sorted({p for p in (prompt, 256, 512, 1024, 2048, *kept) if p <= cfg.max_model_len})
+    # The options change with the prompt, and Streamlit then makes a new widget: it starts from
+    # the lengths kept from the last choice, not from its default.
+    st.session_state[W_SWEEP_PROMPTS] = [p for p in kept if p in choices]
+    prompts = c1.multiselect("Prompt lengths", choices, key=W_SWEEP_PROMPTS, on_change=_keep_sweep_prompts)
     points = int(c2.number_input("Hit lengths per prompt", min_value=2, max_value=12, value=5, key="pf_sweep_points"))
     if st.button("Run the sweep", key="pf_sweep_go"):
         st.session_state[K_SWEEP] = (name, device, tuple(sorted(prompts)), points, repeats)
@@ -273,12 +330,14 @@ def render() -> None:
             "tiny takes milliseconds, so its times are mostly fixed per-layer overhead and noise: it shows "
             "the mechanism. smollm2-135m shows the saving (seconds per measurement on a CPU)."
         )
-    if st.button("Measure", type="primary", key="pf_go"):
-        st.session_state[K_LAST] = (name, device, prompt, hit, repeats)
+    if st.button("Measure", type="primary", key="pf_go", help="Each press measures again (with a warm-up)."):
+        # a fresh token per press: the cache never answers a press with an older measurement
+        st.session_state[K_RUNS] = st.session_state.get(K_RUNS, 0) + 1
+        st.session_state[K_LAST] = (name, device, prompt, hit, repeats, secrets.token_hex(8))
     try:
         last = st.session_state.get(K_LAST)
         if last is not None:
-            _show_result(_measure_many([last])[0])
+            _show_result(_measure_many([last])[0], st.session_state.get(K_RUNS, 0))
         _sweep(name, device, prompt, repeats, peak, util)
     except BadInput as e:
         error(str(e))

@@ -27,7 +27,13 @@ from explorer.traffic.sweep import POLICIES, SEQUENTIAL, UI_MAX_BLOCKS_HASHED, p
 from explorer.traffic.trace import UI_MAX_TRACE_BYTES, parse_trace_bytes, shipped_trace_path
 from explorer.ui.replay_worker import start_worker, stop_worker
 from explorer.ui.text import caption, error, info, md
-from explorer.viz.replay import POLICY_LABELS, hit_rate_vs_cache_size, hits_over_time
+from explorer.viz.replay import (
+    POLICY_LABELS,
+    SKIPPED_HELP,
+    hit_rate_vs_cache_size,
+    hits_over_time,
+    results_table,
+)
 
 SHIPPED = "Mooncake synthetic trace (shipped)"
 UPLOAD = "Upload a trace"
@@ -184,28 +190,8 @@ def _results(res: dict[str, Any]) -> None:
         )
     window = min(100, max(1, res["requests"] // 10 or 1))
     st.plotly_chart(hits_over_time(res, chosen, window), key="replay_fig_time")
-    rows = []
-    for r in runs:
-        row = {
-            "policy": POLICY_LABELS.get(r["policy"], r["policy"]),
-            "cache blocks": "unbounded" if r["num_blocks"] is None else f"{r['num_blocks']:,}",
-            "skipped": r["skipped"],
-            "hit tokens": r["hit_tokens"],
-            "hit rate": f"{r['hit_rate']:.2%}",
-        }
-        sched = r.get("scheduler")
-        if sched:
-            row.update(
-                {
-                    "engine steps": sched["steps"],
-                    "preemptions": sched["preemptions"],
-                    "peak running": sched["peak_running"],
-                    "mean queueing (ms)": sched["mean_queueing_ms"],
-                    "max queueing (ms)": sched["max_queueing_ms"],
-                }
-            )
-        rows.append(row)
-    st.dataframe(rows, hide_index=True)
+    st.dataframe(results_table(runs), hide_index=True)
+    caption(SKIPPED_HELP[0].upper() + SKIPPED_HELP[1:] + ".")
 
 
 RULES = """

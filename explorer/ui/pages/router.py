@@ -243,26 +243,8 @@ def _summary(result: FleetResult) -> None:
         col.metric(
             run.label, f"{run.hit_rate:.1%}", delta, help="hit tokens / prompt tokens, from the engines' own stats"
         )
-    rows = []
-    for run in runs:
-        s = run.summary()
-        rows.append(
-            {
-                "policy": run.label,
-                "hit rate": f"{s['hit_rate']:.1%}",
-                "hit tokens (prefill saved)": s["hit_tokens"],
-                "prompt tokens": s["prompt_tokens"],
-                "prefill saved, ms": round(s["saved_ms"]),
-                "prefill computed, ms": round(s["prefill_ms"]),
-                "router's matched tokens": s["router_match_tokens"],
-                "busiest / mean (prefill)": round(s["imbalance_prefill"], 2),
-                "busiest / mean (requests)": round(s["imbalance_requests"], 2),
-                "skipped": s["skipped"],
-                "gaps": s["gaps"],
-                "cross-tenant hit tokens": s["cross_tenant_hit_tokens"],
-            }
-        )
-    st.dataframe(rows, hide_index=True, width="stretch")
+    # one column per policy, one row per figure: it fits (and wraps) at any width from 1024 px
+    st.table(V.summary_table([(run.label, run.summary()) for run in runs]))
     p = result.config.prefill
     st.caption(
         f"Milliseconds are the walkthrough's estimate: 2 × {p.params:.3g} parameters / ({p.peak_tflops:g} TFLOP/s × "

@@ -1,0 +1,92 @@
+"""Speculative decoding against vLLM 0.31.0's own classes (design section 9), field by field.
+
+- Engine steps: vLLM's real `Scheduler` with a `SpeculativeConfig` (spec part 2, rule 74's
+  recipe; vllm_sched_driver.py) against our mirror, on random speculative engine-step
+  scenarios (spec_scenarios.py). The goldens with `speculative` (rules 72-74's verified
+  vectors) are compared by test_engine_steps_conformance.py, which globs every golden.
+- Manager level: vLLM's `KVCacheManager(use_eagle=..., num_prefill_lookahead=...)` with
+  ``num_lookahead_tokens`` in every allocate_slots (vllm_driver.py), on random scenarios of
+  draft decodes and rollbacks, and on the manager-level random generator's scenarios with
+  `speculative` set. The manager-level goldens are compared by test_conformance.py.
+A missing vLLM fails, as the whole tier does.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from explorer.scenario.engine import replay
+from explorer.scenario.parse import parse_scenario_dict
+from explorer.scenario.randgen import random_scenario
+from tests.conformance.oracle import compare
+from tests.conformance.spec_scenarios import METHODS, random_spec_engine_steps, random_spec_manager
+
+pytestmark = pytest.mark.conformance
+
+ENGINE_STEP_SEEDS = range(200)
+MANAGER_SEEDS = range(150)
+RANDGEN_SEEDS = range(100)
+
+
+def _seed(scenario) -> str | None:
+    """The seed both sides hash from: the scenario's, or one drawn for xxhash (vLLM would draw
+    its own); None is vLLM's default for sha256 (as test_conformance.py)."""
+    cfg = scenario.engine
+    if not cfg.enable_prefix_caching:
+        return None
+    return cfg.hash_seed or (cfg.resolve_seed() if cfg.hash_algo.startswith("xxhash") else None)
+
+
+def _compare_all(oracle, scenarios) -> tuple[dict, list[dict]]:
+    seeds = [_seed(sc) for sc in scenarios]
+    answers = oracle.replay_many(sc.normalized(seed) for sc, seed in zip(scenarios, seeds, strict=True))
+    differing = {}
+    mine = []
+    for sc, seed, theirs in zip(scenarios, seeds, answers, strict=True):
+        assert "error" not in theirs, (sc.source, theirs)
+        result = replay(sc, hash_seed=seed, record=False).to_json()
+        mine.append(result)
+        diffs = compare(result, theirs)
+        if diffs:
+            differing[sc.source] = diffs[:5]
+    return differing, mine
+
+
+def test_random_speculative_engine_steps_match_vllm(vllm_sched_oracle):
+    scenarios = [
+        parse_scenario_dict(random_spec_engine_steps(s), f"spec engine steps seed {s}") for s in ENGINE_STEP_SEEDS
+    ]
+    assert {sc.speculative.method for sc in scenarios} == set(METHODS)
+    differing, mine = _compare_all(vllm_sched_oracle, scenarios)
+    assert differing == {}, f"{len(differing)} of {len(scenarios)} differ: {differing}"
+    # Worth comparing: drafts verified and rolled back, padded admissions, hits through the
+    # drop, preemptions with drafts in flight.
+    seen = dict.fromkeys(("verified", "rejected", "placeholders", "dropped", "preempted"), 0)
+    for sc in scenarios:
+        for st in replay(sc).steps:
+            seen["verified"] += sum(not d.placeholders for d in st.drafts)
+            seen["rejected"] += sum(d.num_rejected > 0 for d in st.drafts if not d.placeholders)
+            seen["placeholders"] += sum(d.placeholders for d in st.drafts)
+            seen["dropped"] += len(st.eagle_dropped)
+            seen["preempted"] += len(st.preempted)
+    assert all(n >= 100 for n in seen.values()), seen
+    assert sum(st["step_stats"]["hits"] for r in mine for st in r["steps"] if st.get("step_stats")) >= 1000
+
+
+def test_random_speculative_manager_scenarios_match_vllm(vllm_oracle):
+    scenarios = [parse_scenario_dict(random_spec_manager(s), f"spec manager seed {s}") for s in MANAGER_SEEDS]
+    differing, mine = _compare_all(vllm_oracle, scenarios)
+    assert differing == {}, f"{len(differing)} of {len(scenarios)} differ: {differing}"
+    drafts = sum(1 for sc in scenarios for op in sc.ops if op.draft_tokens)
+    hits = sum(1 for r in mine for st in r["steps"] if st.get("hit_tokens"))
+    assert drafts >= 1000 and hits >= 100, (drafts, hits)
+
+
+def test_manager_level_random_generator_with_speculative_matches_vllm(vllm_oracle):
+    scenarios = []
+    for seed in RANDGEN_SEEDS:
+        spec = {"method": METHODS[seed % len(METHODS)], "num_speculative_tokens": 1 + seed % 4}
+        raw = random_scenario(seed, 20 + seed % 50, engine={"speculative": spec})
+        scenarios.append(parse_scenario_dict(raw, f"randgen seed {seed} with {spec}"))
+    differing, _ = _compare_all(vllm_oracle, scenarios)
+    assert differing == {}, f"{len(differing)} of {len(scenarios)} differ: {differing}"

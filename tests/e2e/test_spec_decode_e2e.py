@@ -1,0 +1,43 @@
+"""The speculative-decoding lesson in a real browser: step lesson 17 to the end; at every step
+the speculative-decoding panel shows the dropped hit block and the drafts the step's records
+hold, and the lookahead slots of each allocation."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from explorer.scenario.engine import replay
+from explorer.scenario.parse import load_scenario
+from tests.e2e.conftest import REPO, shot, wait_idle
+
+pytestmark = pytest.mark.e2e
+
+LESSON = REPO / "lessons" / "17_speculative_decoding.toml"
+
+
+def test_step_the_speculative_decoding_lesson_to_the_end(px_page, px_app_url):
+    page = px_page
+    trace = replay(load_scenario(LESSON))
+    n = len(trace.steps)
+    page.goto(f"{px_app_url}/?lesson=17_speculative_decoding")
+    expect(page.locator(".px-now .px-headline")).to_contain_text(f"Step 0 of {n}", timeout=90_000)
+    wait_idle(page)
+    for k, step in enumerate(trace.steps, start=1):
+        page.locator(".st-key-px_b_next button").first.click()
+        expect(page.locator(".px-now .px-headline")).to_contain_text(f"Step {k} of {n}", timeout=90_000)
+        wait_idle(page)
+        dropped = page.locator("[data-px-eagle-drop]").evaluate_all("els => els.map(e => e.dataset.pxEagleDrop)")
+        assert dropped == [str(b) for _, b in step.eagle_dropped], k
+        drafts = page.locator("[data-px-drafts]").evaluate_all("els => els.map(e => e.dataset.pxDrafts)")
+        assert drafts == [f"{d.request_id}:{d.num_accepted}/{d.num_drafts}" for d in step.drafts], k
+        lookahead = page.locator("[data-px-lookahead]").count()
+        assert lookahead == sum(
+            1 for a in step.admissions if a.ok and not a.full_sequence and a.num_lookahead_tokens
+        ), k
+        if step.eagle_dropped:
+            assert "EAGLE drops the last" in page.locator(".st-key-px_panel_spec_decode").inner_text()
+            shot(page, f"spec-decode-drop-{k}")
+        if step.drafts:
+            shot(page, f"spec-decode-drafts-{k}")
+    expect(page.locator(".st-key-px_b_next button").first).to_be_disabled()
