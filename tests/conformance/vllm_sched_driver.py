@@ -136,11 +136,9 @@ class Configs:
             int(eng["max_num_batched_tokens"]),
             int(eng["max_num_seqs"]),
             int(eng["long_prefill_token_threshold"]),
-            _connector_key(eng.get("kv_connector")),
+            _connector_key(eng.get("kv_connector"), int(eng["block_size"])),
             _spec_key(eng.get("speculative")),
         )
-        if key[-1] is not None and key[-1][0] == "offloading":
-            key = (*key[:-1], (*key[-1], int(eng["block_size"])))
         vc = self._vllm.pop(key, None)
         if vc is None:
             mml, bs, caching, algo, events, sched, mnbt, seqs, lpt, kv, spec = key
@@ -193,10 +191,11 @@ class Configs:
 CONFIGS: Configs | None = None  # built on first use, once per driver process
 
 
-def _connector_key(kv: dict | None) -> tuple | None:
+def _connector_key(kv: dict | None, block_size: int) -> tuple | None:
     if not kv:
         return None
-    return (kv["kind"], kv.get("failure_policy", "fail"), int(kv.get("cpu_blocks", 0)))
+    # The offloading connector's CPU bytes depend on the block size (vllm_offloading.py).
+    return (kv["kind"], kv.get("failure_policy", "fail"), int(kv.get("cpu_blocks", 0)), block_size)
 
 
 def _transfer_config(key: tuple | None) -> KVTransferConfig | None:
