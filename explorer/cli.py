@@ -147,7 +147,17 @@ def cmd_hash(args: argparse.Namespace) -> int:
     lora = LoRARequest(args.lora, 1, args.lora_path or f"loras/{args.lora}") if args.lora is not None else None
     mm = [_parse_mm(s, i) for i, s in enumerate(args.mm or [])]
     _print_json(
-        block_hash_table(tokens, args.block_size, args.algo, args.seed, lora, args.cache_salt, mm, args.group_id)
+        block_hash_table(
+            tokens,
+            args.block_size,
+            args.algo,
+            args.seed,
+            lora,
+            args.cache_salt,
+            mm,
+            args.group_id,
+            args.group_block_size,
+        )
     )
     return 0
 
@@ -180,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--cache-salt", type=_text)
     h.add_argument("--mm", type=_text, action="append", metavar="ID:OFFSET:LENGTH")
     h.add_argument("--group-id", type=_int_at_least(0, "a non-negative integer", hi=(1 << 32) - 1), default=0)
+    h.add_argument(
+        "--group-block-size", type=_block_size, default=None, help="list blocks as a group of this size sees them"
+    )
     h.add_argument(
         "--max-tokens", type=_int_at_least(1, "a positive integer", hi=1 << 22), default=1 << 22, help=argparse.SUPPRESS
     )

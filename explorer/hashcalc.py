@@ -8,7 +8,7 @@ from typing import Any
 from explorer.core.errors import BadInput, ConfigError
 from explorer.core.events import to_json_value
 from explorer.core.hashing import external_block_hash, init_none_hash, make_block_hash_with_group_id
-from explorer.core.kv_cache_utils import generate_block_hash_extra_keys, get_request_block_hasher
+from explorer.core.kv_cache_utils import generate_block_hash_extra_keys, get_request_block_hasher, resolve_block_hashes
 from explorer.core.request import LoRARequest, MultiModalFeature, Request
 
 MAX_HASH_BLOCKS = 1 << 18  # full blocks one table may list (262,144: a 4M-token prompt at block size 16)
@@ -44,11 +44,20 @@ def block_hash_table(
     cache_salt: str | None = None,
     mm: Sequence[MultiModalFeature] = (),
     group_id: int = 0,
+    group_block_size: int | None = None,
 ) -> dict[str, Any]:
     """The JSON of design section 4 (`hash`): every full block with its digest, group-id key,
-    64-bit event hash and tagged extra keys."""
+    64-bit event hash and tagged extra keys. With ``group_block_size`` (design section 8, spec
+    part 2 rule 69) the tokens are hashed at ``block_size`` (the engine's hash_block_size) and
+    listed as a group with larger blocks sees them: each block's hash is the fine hash at its
+    end, and its extra keys are those its BlockStored carries."""
     if not isinstance(block_size, int) or block_size < 1:
         raise ConfigError(f"block size must be a positive integer, got {block_size}")
+    if group_block_size is not None and (group_block_size < 1 or group_block_size % block_size):
+        raise ConfigError(
+            f"group block size {group_block_size} is not a multiple of the hash block size {block_size} "
+            "(vLLM asserts every group's block size is)"
+        )
     if not 0 <= group_id < 2**32:
         raise ConfigError(f"group id must be in [0, 2**32), got {group_id}")
     check_table_size(len(tokens), block_size)
@@ -62,8 +71,9 @@ def block_hash_table(
     ctx = init_none_hash(algo, hash_seed)
     req = Request("hash", tokens, get_request_block_hasher(block_size, ctx), lora, cache_salt or None, mm)
     blocks = []
-    for i, h in enumerate(req.block_hashes):
-        start, end = i * block_size, (i + 1) * block_size
+    size = group_block_size or block_size
+    for i, h in enumerate(resolve_block_hashes(req.block_hashes, block_size, size)):
+        start, end = i * size, (i + 1) * size
         extra = generate_block_hash_extra_keys(req, start, end)
         blocks.append(
             {
@@ -75,4 +85,8 @@ def block_hash_table(
                 "extra_keys": None if extra is None else to_json_value(list(extra)),
             }
         )
-    return {"algo": algo, "hash_seed": ctx.hash_seed, "none_hash": ctx.none_hash.hex(), "blocks": blocks}
+    out: dict[str, Any] = {"algo": algo, "hash_seed": ctx.hash_seed, "none_hash": ctx.none_hash.hex()}
+    if group_block_size is not None:
+        out.update(hash_block_size=block_size, group_block_size=group_block_size)
+    out["blocks"] = blocks
+    return out

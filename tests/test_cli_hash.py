@@ -133,3 +133,30 @@ def test_empty_text_is_bad_input(capsys):
     assert cli.main(["hash", "--text", ""]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.strip() == "error: no tokens to hash"
+
+
+def test_group_block_size_lists_the_coarse_view_of_rule_69():
+    """Spec part 2 rule 69: hashed at 16, seen by a 32-token group: the fine hashes 1, 3, 5,
+    each covering its 32 tokens, keyed with the group id."""
+    fine = ok_json("--tokens", "0:100")["blocks"]
+    out = ok_json("--tokens", "0:100", "--group-block-size", "32", "--group-id", "1")
+    assert (out["hash_block_size"], out["group_block_size"]) == (16, 32)
+    assert [b["hash"] for b in out["blocks"]] == [fine[i]["hash"] for i in (1, 3, 5)]
+    assert out["blocks"][0]["hash"] == SHA256_BLOCK1
+    assert [b["tokens"] for b in out["blocks"]] == [[0, 32], [32, 64], [64, 96]]
+    assert out["blocks"][2]["key"] == fine[5]["hash"] + "00000001"
+    assert "group_block_size" not in ok_json("--tokens", "0:40")
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--group-block-size", "24"], "not a multiple of the hash block size 16"),
+        (["--group-block-size", "0"], "--group-block-size"),
+        (["--group-block-size", "x"], "--group-block-size"),
+    ],
+)
+def test_group_block_size_bad_input(args, says):
+    r = run("--tokens", "0:100", *args)
+    assert r.returncode == 2 and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1 and says in r.stderr

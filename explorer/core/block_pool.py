@@ -31,6 +31,7 @@ from explorer.core.kv_cache_utils import (
     FreeKVCacheBlockQueue,
     KVCacheBlock,
     generate_block_hash_extra_keys,
+    resolve_block_hashes,
     to_event_extra_keys,
 )
 
@@ -105,6 +106,7 @@ class BlockPool:
         enable_kv_cache_events: bool = False,
         use_int_block_hashes: bool = True,
         observer: KVCacheObserver | None = None,
+        hash_block_size: int | None = None,
     ) -> None:
         if not isinstance(num_gpu_blocks, int) or num_gpu_blocks < 2:
             raise ConfigError(f"num_blocks must be an integer >= 2 (block 0 is the null block), got {num_gpu_blocks!r}")
@@ -117,11 +119,15 @@ class BlockPool:
         self.blocks = [KVCacheBlock(i) for i in range(num_gpu_blocks)]
         self.free_block_queue = FreeKVCacheBlockQueue(self.blocks)
         self.cached_block_hash_to_block = BlockHashToBlockMap()
+        # A block's keys beyond its own hash: partial tail entries (block_pool.py:449-566).
+        self.cached_block_hashes_by_block: dict[int, dict[BlockHashWithGroupId, None]] = {}
         # Block 0 is a placeholder for skipped slots; its ref_cnt is not maintained.
         self.null_block = self.free_block_queue.popleft()
         self.null_block.is_null = True
         self.kv_event_queue: list[KVCacheEvent] = []
         self.observer = observer
+        # The block size the request hasher hashes at; a group with larger blocks reads a view.
+        self.hash_block_size = hash_block_size
 
     # ---- lookup ----------------------------------------------------------------------------
 
@@ -145,11 +151,17 @@ class BlockPool:
         num_full_blocks: int,
         block_size: int,
         kv_cache_group_id: int,
+        block_mask: Sequence[bool] | None = None,
     ) -> None:
         """Give ``blocks[num_cached_blocks:num_full_blocks]`` their hashes and queue one
-        BlockStored for all of them (block_pool.py:226-344)."""
+        BlockStored for all of them (block_pool.py:226-344). Null blocks, and blocks whose
+        ``block_mask`` entry is False (a window group's retention), get no hash; the event's
+        ``token_ids`` still cover the whole range."""
         if num_cached_blocks >= num_full_blocks:
             return
+        hashes: Sequence[BlockHash] = request.block_hashes
+        if self.hash_block_size is not None and self.hash_block_size != block_size:
+            hashes = resolve_block_hashes(hashes, self.hash_block_size, block_size)
         use_int = self.use_int_block_hashes
         observer = self.observer
         new_hashes: list[bytes | int] = []
@@ -159,13 +171,16 @@ class BlockPool:
         group_suffix = make_block_hash_with_group_id(BlockHash(b""), kv_cache_group_id)
         for i in range(num_cached_blocks, num_full_blocks):
             blk = blocks[i]
-            if blk.is_null:
+            if blk.is_null or (block_mask is not None and not block_mask[i - num_cached_blocks]):
                 continue
-            block_hash = request.block_hashes[i]
+            block_hash = hashes[i]
             key = BlockHashWithGroupId(block_hash + group_suffix)
-            # A block that already holds this key (a hit) is left alone.
+            # A block that already holds this key (a hit) is left alone; one holding only a
+            # partial tail entry is promoted: its old keys go (block_pool.py:291-302).
             if blk._block_hash != key:
-                blk.set_block_hash(key)
+                if blk._block_hash is not None:
+                    self._emit_removed(self._remove_cached_block_hashes(blk))
+                blk.set_block_hash(key, (i + 1) * block_size)
                 self.cached_block_hash_to_block.insert(key, blk)
             if observer is not None:
                 same = self.cached_block_hash_to_block.get_all_blocks(key)
@@ -176,11 +191,7 @@ class BlockPool:
                 extra_keys.append(generate_block_hash_extra_keys(request, start, start + block_size))
         if not self.enable_kv_cache_events:
             return
-        parent = (
-            None
-            if num_cached_blocks == 0
-            else maybe_convert_block_hash(request.block_hashes[num_cached_blocks - 1], use_int)
-        )
+        parent = None if num_cached_blocks == 0 else maybe_convert_block_hash(hashes[num_cached_blocks - 1], use_int)
         lora = request.lora_request
         self.kv_event_queue.append(
             BlockStored(
@@ -195,6 +206,69 @@ class BlockPool:
                 group_idx=kv_cache_group_id,
             )
         )
+
+    def cache_partial_block(
+        self, request: Request, block: KVCacheBlock, num_tokens: int, kv_cache_group_id: int
+    ) -> None:
+        """Register the prefix hash at ``num_tokens`` (a hash-block boundary inside ``block``)
+        as a partial entry of ``block`` (block_pool.py:449-566): a full-attention group whose
+        blocks are larger than the hash block caches the prompt's tail this way. The key is
+        the block's own hash if it has none, else one more key of it; one BlockStored of one
+        hash block."""
+        if block.is_null:
+            return
+        hbs = self.hash_block_size or 1
+        n = num_tokens // hbs
+        digest = request.block_hashes[n - 1]
+        key = make_block_hash_with_group_id(digest, kv_cache_group_id)
+        extra = self.cached_block_hashes_by_block.get(block.block_id, {})
+        already = block._block_hash == key or key in extra
+        if not already and block._block_hash is not None and (block.block_hash_num_tokens or 0) < n * hbs:
+            self._emit_removed(self._remove_cached_block_hashes(block))
+        if block._block_hash is None:
+            block.set_block_hash(key, n * hbs)
+            self.cached_block_hash_to_block.insert(key, block)
+        elif not already:
+            self.cached_block_hashes_by_block.setdefault(block.block_id, {})[key] = None
+            self.cached_block_hash_to_block.insert(key, block)
+        if self.enable_kv_cache_events and not already:
+            use_int = self.use_int_block_hashes
+            start = (n - 1) * hbs
+            parent = maybe_convert_block_hash(request.block_hashes[n - 2], use_int) if n > 1 else None
+            lora = request.lora_request
+            self.kv_event_queue.append(
+                BlockStored(
+                    block_hashes=[maybe_convert_block_hash(digest, use_int)],
+                    parent_block_hash=parent,
+                    token_ids=request.all_token_ids[start : n * hbs],
+                    block_size=hbs,
+                    lora_id=lora.adapter_id if lora else None,
+                    medium=self.medium,
+                    lora_name=lora.name if lora else None,
+                    extra_keys=to_event_extra_keys([generate_block_hash_extra_keys(request, start, n * hbs)]),
+                    group_idx=kv_cache_group_id,
+                )
+            )
+
+    def _remove_cached_block_hashes(self, block: KVCacheBlock) -> list[BlockHashWithGroupId]:
+        """Every key of the block out of the map (its own first), and its hash dropped."""
+        keys = [] if block._block_hash is None else [block._block_hash]
+        keys.extend(self.cached_block_hashes_by_block.pop(block.block_id, {}))
+        removed = [k for k in keys if self.cached_block_hash_to_block.pop(k, block.block_id) is not None]
+        block.reset_hash()
+        return removed
+
+    def _emit_removed(self, keys: Sequence[BlockHashWithGroupId]) -> None:
+        if not self.enable_kv_cache_events:
+            return
+        for key in keys:
+            self.kv_event_queue.append(
+                BlockRemoved(
+                    block_hashes=[maybe_convert_block_hash(get_block_hash(key), self.use_int_block_hashes)],
+                    medium=self.medium,
+                    group_idx=get_group_id(key),
+                )
+            )
 
     # ---- allocation and eviction -----------------------------------------------------------
 
@@ -215,21 +289,10 @@ class BlockPool:
         return ret
 
     def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
-        """Drop the block's hash from the map (one copy of a duplicate) and announce it."""
-        key = block.block_hash
-        if key is None:
-            return False
-        removed = self.cached_block_hash_to_block.pop(key, block.block_id) is not None
-        block.reset_hash()
-        if removed and self.enable_kv_cache_events:
-            self.kv_event_queue.append(
-                BlockRemoved(
-                    block_hashes=[maybe_convert_block_hash(get_block_hash(key), self.use_int_block_hashes)],
-                    medium=self.medium,
-                    group_idx=get_group_id(key),
-                )
-            )
-        return removed
+        """Drop the block's keys from the map (one copy of a duplicate) and announce each."""
+        removed = self._remove_cached_block_hashes(block)
+        self._emit_removed(removed)
+        return bool(removed)
 
     def evict_blocks(self, block_ids: set[int]) -> None:
         """Drop each block's hash (a failed KV load: its KV is bad), keeping its ref count and
@@ -284,6 +347,7 @@ class BlockPool:
         if self.num_gpu_blocks - self.get_num_free_blocks() != 1:
             return False
         self.cached_block_hash_to_block = BlockHashToBlockMap()
+        self.cached_block_hashes_by_block.clear()
         for block in self.blocks:
             block.reset_hash()
         if self.enable_kv_cache_events:

@@ -14,13 +14,21 @@ vLLM; an optional observer hears each decision (kv_cache_observer.py).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from explorer.core.block_pool import BlockPool
 from explorer.core.errors import ConfigError, SchedulingError
 from explorer.core.events import BlockStored, KVCacheEvent
 from explorer.core.kv_cache_coordinator import get_kv_cache_coordinator
-from explorer.core.kv_cache_observer import AdmissionCheck, KVCacheObserver
+from explorer.core.kv_cache_interface import (
+    KVCacheSpec,
+    check_retention_interval,
+    default_hash_block_size,
+    full_attention,
+    scheduler_block_size,
+)
+from explorer.core.kv_cache_observer import AdmissionCheck, GroupLookup, KVCacheObserver
 from explorer.core.kv_cache_utils import KVCacheBlock
 from explorer.core.metrics import PrefixCacheStats
 from explorer.core.request import Request
@@ -56,33 +64,64 @@ class KVCacheManager:
         observer: KVCacheObserver | None = None,
         use_eagle: bool = False,
         num_prefill_lookahead: int = 0,
+        kv_cache_groups: Sequence[KVCacheSpec] | None = None,
+        hash_block_size: int | None = None,
+        prefix_cache_retention_interval: int | None = 0,
+        max_in_flight_tokens: int | None = None,
     ) -> None:
+        """One full-attention group of ``block_size`` unless ``kv_cache_groups`` lists the
+        groups (design section 8); the hasher then hashes at ``hash_block_size`` (default: the
+        GCD of the group block sizes) and hits align to the LCM (``self.block_size``, vLLM's
+        scheduler_block_size). ``max_in_flight_tokens`` (default max_model_len, as in vLLM)
+        sizes a window group's admission cap."""
         if not isinstance(block_size, int) or block_size < 1:
             raise ConfigError(f"block_size must be a positive integer, got {block_size!r}")
         if not isinstance(max_model_len, int) or max_model_len < 1:
             raise ConfigError(f"max_model_len must be a positive integer, got {max_model_len!r}")
-        self.block_size = block_size
+        self.hybrid = kv_cache_groups is not None
+        specs = tuple(kv_cache_groups) if kv_cache_groups is not None else (full_attention(block_size),)
+        if not specs:
+            raise ConfigError("kv_cache_groups must list at least one group")
+        self.kv_cache_groups = specs
+        self.block_size = scheduler_block_size(specs)
+        if len(specs) == 1 or hash_block_size is None:
+            hash_block_size = specs[0].block_size if len(specs) == 1 else default_hash_block_size(specs)
+        self.hash_block_size = hash_block_size
+        check_retention_interval(prefix_cache_retention_interval, self.block_size, specs)
         self.max_model_len = max_model_len
         self.enable_caching = enable_caching
         self.enable_kv_cache_events = enable_kv_cache_events
         self.log_stats = log_stats
         self.observer = observer
-        self.block_pool = BlockPool(num_blocks, enable_caching, enable_kv_cache_events, use_int_block_hashes, observer)
+        self.block_pool = BlockPool(
+            num_blocks, enable_caching, enable_kv_cache_events, use_int_block_hashes, observer, hash_block_size
+        )
         self.use_eagle = use_eagle
         # Speculative decoding (core/sched/speculative.py): the drafter reads this many prefill
         # tokens ahead, so the last num_prefill_lookahead - 1 computed ones are never cached
         # (kv_cache_coordinator.py:94, 353-358); multi-module MTP needs blocks that hold them.
         self.num_prefill_lookahead = num_prefill_lookahead
         self.num_reprefillable_tokens = max(0, num_prefill_lookahead - 1)
-        if enable_caching and use_eagle and block_size < num_prefill_lookahead:
+        if enable_caching and use_eagle and self.block_size < num_prefill_lookahead:
             raise ConfigError(
-                f"Multi-module MTP with prefix caching requires scheduler_block_size (={block_size}) "
+                f"Multi-module MTP with prefix caching requires scheduler_block_size (={self.block_size}) "
                 f">= num_speculative_tokens (={num_prefill_lookahead})"
             )
+        in_flight = max_model_len if max_in_flight_tokens is None else max_in_flight_tokens
         self.coordinator = get_kv_cache_coordinator(
-            self.block_pool, block_size, enable_caching, observer=observer, use_eagle=use_eagle
+            self.block_pool,
+            specs,
+            enable_caching,
+            observer=observer,
+            use_eagle=use_eagle,
+            scheduler_block_size=self.block_size,
+            hash_block_size=hash_block_size,
+            retention_interval=prefix_cache_retention_interval,
+            max_admission=[s.max_admission_blocks_per_request(in_flight, max_model_len) for s in specs],
         )
         self.prefix_cache_stats: PrefixCacheStats | None = PrefixCacheStats() if log_stats else None
+        # Hybrid lookups as decided (each group's own hit, the fixed point), until taken.
+        self.group_lookups: list[GroupLookup] = []
 
     @property
     def usage(self) -> float:
@@ -93,13 +132,16 @@ class KVCacheManager:
     def prefix_cache_lookup_enabled(self, request: Request) -> bool:
         return self.enable_caching and not request.skip_reading_prefix_cache
 
-    def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int]:
-        """The cached prefix of a new request and its length in tokens.
+    def get_computed_blocks(self, request: Request) -> tuple[KVCacheBlocks, int, int]:
+        """The cached prefix of a new request, its length in tokens, and the shared-prefix
+        boundary (kv_cache_manager.py:264-321).
 
         The lookup never covers the last token: the model must run at least one token to
         produce logits, and since hits are whole blocks a fully cached prompt recomputes its
         whole last block (kv_cache_manager.py:295). Nothing is touched and no stats recorded.
-        (vLLM returns a third value, a boundary that only sparse-retention groups use.)
+        ``shared_prefix_boundary`` is the longest single-group hit when a lagging window group
+        made the reconciled hit shorter (else 0): the scheduler stores it on the request, and
+        retention keeps the window tail there so a sibling can hit it later.
         """
         if not self.prefix_cache_lookup_enabled(request):
             if self.observer is not None:
@@ -109,12 +151,41 @@ class KVCacheManager:
                     else "prompt_logprobs: every prompt token must be computed"
                 )
                 self.observer.on_lookup_skipped(request.request_id, request.num_tokens, reason)
-            return self.empty_blocks(), 0
+            if self.hybrid:
+                n = self.coordinator.num_groups
+                self._log_lookup(GroupLookup(request.request_id, (0,) * n, (), 0, 0, 0))
+            return self.empty_blocks(), 0, 0
         max_cache_hit_length = request.num_tokens - 1
-        hits, num_hit_tokens = self.coordinator.find_longest_cache_hit(request.block_hashes, max_cache_hit_length)
+        coordinator = self.coordinator
+        hits, num_hit_tokens, num_uncached = coordinator.find_longest_cache_hit(
+            request.block_hashes, max_cache_hit_length
+        )
+        shared_prefix_boundary = num_hit_tokens + num_uncached if num_uncached else 0
         if self.observer is not None:
             self.observer.on_lookup(request.request_id, request.num_tokens, max_cache_hit_length, num_hit_tokens)
-        return KVCacheBlocks(hits), num_hit_tokens
+        if self.hybrid:
+            per_group = coordinator.find_longest_cache_hit_per_group(request.block_hashes, max_cache_hit_length)
+            self._log_lookup(
+                GroupLookup(
+                    request.request_id,
+                    per_group,
+                    coordinator.last_calls,
+                    coordinator.last_num_passes,
+                    num_hit_tokens,
+                    shared_prefix_boundary,
+                )
+            )
+        return KVCacheBlocks(hits), num_hit_tokens, shared_prefix_boundary
+
+    def _log_lookup(self, lookup: GroupLookup) -> None:
+        self.group_lookups.append(lookup)
+        if self.observer is not None:
+            self.observer.on_group_lookup(lookup)
+
+    def take_group_lookups(self) -> list[GroupLookup]:
+        """The hybrid lookups made since the last call (none without ``kv_cache_groups``)."""
+        out, self.group_lookups = self.group_lookups, []
+        return out
 
     # ---- allocation ------------------------------------------------------------------------
 
@@ -160,6 +231,9 @@ class KVCacheManager:
             if not self._fits(request, num_new_tokens, total_computed, full_num_tokens, hit_blocks, True):
                 return None
         num_tokens_need_slot = min(total_computed + num_new_tokens + num_lookahead_tokens, self.max_model_len)
+        # Blocks wholly below a window are freed first, even if the request then does not fit,
+        # counting only processed tokens (in-flight steps still read them; L541-556).
+        coordinator.remove_skipped_blocks(rid, max(0, total_computed - request.num_in_flight_tokens))
         if not self._fits(
             request,
             num_new_tokens,
@@ -174,7 +248,7 @@ class KVCacheManager:
 
         # Touch before popping: a request can never evict its own hits.
         if any(hit_blocks) or num_external > 0:
-            coordinator.allocate_new_computed_blocks(rid, hit_blocks)
+            coordinator.allocate_new_computed_blocks(rid, hit_blocks, num_local_computed)
         if num_external > 0:
             coordinator.allocate_external_computed_blocks(rid, num_local_computed + num_external)
         new_blocks = coordinator.allocate_new_blocks(rid, num_tokens_need_slot)
@@ -199,9 +273,10 @@ class KVCacheManager:
         coordinator = self.coordinator
         rid = request.request_id
         num_free = self.block_pool.get_num_free_blocks() - reserved_blocks
-        required = coordinator.get_num_blocks_to_allocate(rid, num_tokens_need_slot, hit_blocks)
+        args = (rid, num_tokens_need_slot, hit_blocks, total_computed, full_sequence)
+        required = coordinator.get_num_blocks_to_allocate(*args)
         if self.observer is not None:
-            num_new, num_evictable = coordinator.get_num_new_and_evictable_blocks(rid, num_tokens_need_slot, hit_blocks)
+            num_new, num_evictable = coordinator.get_num_new_and_evictable_blocks(*args)
             self.observer.on_admission_check(
                 AdmissionCheck(
                     rid,

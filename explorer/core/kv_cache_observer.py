@@ -57,6 +57,35 @@ class AdmissionCheck:
         return self.num_new_blocks + self.num_evictable_hit_blocks
 
 
+@dataclass(frozen=True, slots=True)
+class GroupCall:
+    """One call of a spec group's ``find_longest_cache_hit`` inside the hybrid fixed point
+    (coordinator.py:842-977): pass ``pass_index`` asked the group ``group_ids`` for at most
+    ``max_length`` tokens and got ``hit_tokens``."""
+
+    pass_index: int
+    group_ids: tuple[int, ...]
+    kind: str
+    sliding_window: int | None
+    max_length: int
+    hit_tokens: int
+    drop_eagle_block: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GroupLookup:
+    """A hybrid lookup as `get_computed_blocks` decided it: each group's own hit (alone, as
+    ``find_longest_cache_hit_per_group``), the fixed point's calls, the reconciled hit and
+    ``shared_prefix_boundary`` (the longest single-group hit when it exceeds the reconciled one)."""
+
+    request_id: str
+    group_hit_tokens: tuple[int, ...]
+    calls: tuple[GroupCall, ...]
+    num_passes: int
+    hit_tokens: int
+    shared_prefix_boundary: int
+
+
 class KVCacheObserver:
     """Receives the core's reports. Every method does nothing here: override what you record."""
 
@@ -74,6 +103,24 @@ class KVCacheObserver:
     def on_eagle_drop(self, group_id: int, block_index: int, block_id: int) -> None:
         """EAGLE dropped the last hit block (``block_index``, held by ``block_id``) from the
         lookup's result: the drafter needs that block's hidden states recomputed (rule 74)."""
+
+    def on_group_lookup(self, lookup: GroupLookup) -> None:
+        """A lookup with several KV cache groups: what each group hit and how the fixed point settled."""
+
+    def on_retention(
+        self,
+        request_id: str,
+        group_id: int,
+        start_block: int,
+        mask: tuple[bool, ...],
+        retention_interval: int | None,
+        boundaries: tuple[int, ...],
+    ) -> None:
+        """A window group's retention kept ``mask[i]`` for block ``start_block + i``: only
+        those get a hash (None retention = dense; boundaries = replay ends and the shared prefix)."""
+
+    def on_skipped_blocks_freed(self, request_id: str, group_id: int, block_ids: tuple[int, ...]) -> None:
+        """``remove_skipped_blocks`` freed these blocks (in this order), wholly below the window."""
 
     def on_admission_check(self, check: AdmissionCheck) -> None:
         """``allocate_slots`` decided whether the request fits."""

@@ -33,18 +33,22 @@ class KVCacheBlock:
     next_free_block: KVCacheBlock | None = None
     # Block 0: a placeholder that is never handed out or cached.
     is_null: bool = False
+    # The prefix length the hash stands for (a partial tail entry's is inside the block).
+    block_hash_num_tokens: int | None = None
 
     @property
     def block_hash(self) -> BlockHashWithGroupId | None:
         return self._block_hash
 
-    def set_block_hash(self, block_hash: BlockHashWithGroupId) -> None:
+    def set_block_hash(self, block_hash: BlockHashWithGroupId, num_tokens: int | None = None) -> None:
         assert self._block_hash is None, "The block already has a hash."
         self._block_hash = block_hash
+        self.block_hash_num_tokens = num_tokens
 
     def reset_hash(self) -> None:
         """Drop the hash when the block is evicted or the cache is reset."""
         self._block_hash = None
+        self.block_hash_num_tokens = None
 
     def __repr__(self) -> str:
         h = self._block_hash.hex()[:8] if self._block_hash else None
@@ -261,3 +265,35 @@ def find_cached_prefix(
             break
         hits.append(value)
     return hits
+
+
+class BlockHashListWithBlockSize(Sequence[BlockHash]):
+    """The request's hashes seen at a coarser block size (kv_cache_utils.py:2841-2915): hashes
+    chain, so the fine hash at the end of a coarse block fingerprints that block's whole
+    prefix and is its hash. With hash block 16 and block 32: [A, B, C, D] reads as [B, D]."""
+
+    def __init__(self, block_hashes: Sequence[BlockHash], hash_block_size: int, block_size: int) -> None:
+        assert block_size % hash_block_size == 0
+        self.block_hashes = block_hashes
+        self.scale_factor = block_size // hash_block_size
+
+    def __len__(self) -> int:
+        return len(self.block_hashes) // self.scale_factor
+
+    def __getitem__(self, idx: Any) -> Any:
+        if isinstance(idx, slice):
+            return [self[i] for i in range(*idx.indices(len(self)))]
+        if idx < 0:
+            idx += len(self)
+        if not 0 <= idx < len(self):
+            raise IndexError(idx)
+        return self.block_hashes[(idx + 1) * self.scale_factor - 1]
+
+
+def resolve_block_hashes(
+    block_hashes: Sequence[BlockHash], hash_block_size: int, block_size: int
+) -> Sequence[BlockHash]:
+    """The hashes at ``block_size``: the list itself when the sizes agree, else the coarse view."""
+    if block_size == hash_block_size:
+        return block_hashes
+    return BlockHashListWithBlockSize(block_hashes, hash_block_size, block_size)

@@ -147,6 +147,8 @@ class Request:
         # in-flight tokens scheduled before a preemption, and whether their output is dropped;
         self.num_stale_output_tokens = 0
         self.drop_stale_output = False
+        # where a lagging window group's shared prefix ends, set at each lookup (scheduler L930-937);
+        self.shared_prefix_boundary = 0
         # whether the last scheduled step left prompt tokens to compute;
         self.is_prefill_chunk = False
         # deferred block frees (a KV connector under async scheduling): the last non-empty step

@@ -92,6 +92,9 @@ def snapshot_cells(scenario: Scenario, record: bool, upto: int | None = None) ->
     state and every step; lean: the initial state, the steps with an `expect`, the final state."""
     eng = scenario.engine
     bs, pool = eng.block_size, eng.num_blocks
+    num_groups = 1 if scenario.groups is None else len(scenario.groups.groups)
+    if scenario.groups is not None:  # every group holds a table: count each at the smallest block
+        bs = min(g.block_size for g in scenario.groups.groups)
     ops: tuple[Op, ...] = scenario.ops if upto is None else scenario.ops[:upto]
     live: dict[str, int] = {}
     live_blocks = 0  # sum over live requests of ceil(tokens / block_size)
@@ -124,9 +127,9 @@ def snapshot_cells(scenario: Scenario, record: bool, upto: int | None = None) ->
             else:
                 live[rid] = after
         if record or op.expect:
-            cells += pool + live_blocks + extra * len(live) + cpu_chunks
+            cells += pool + live_blocks * num_groups + extra * len(live) + cpu_chunks
     if not record:
-        cells += pool + live_blocks + extra * len(live) + cpu_chunks  # the final state
+        cells += pool + live_blocks * num_groups + extra * len(live) + cpu_chunks  # the final state
     return cells
 
 

@@ -56,6 +56,7 @@ def describe_step(step: Step, block_size: int) -> str:
             if lk.skipped
             else f"hit {counted(lk.hit_tokens, 'token')} (cap {counted(lk.cap_blocks, 'block')})"
         )
+    parts += describe_groups(step)
     if op.op == "generate":
         parts.append(
             counted(len(step.admissions), "decode allocation") + ("" if step.ok else " (the last failed: NO ROOM)")
@@ -102,6 +103,23 @@ def describe_step(step: Step, block_size: int) -> str:
     return head + ": " + "; ".join(parts)
 
 
+def describe_groups(step: Step) -> list[str]:
+    """Hybrid groups (design section 8): each lookup's per-group hits and boundary, the blocks
+    freed below a window, and the window blocks retention left unhashed."""
+    out = []
+    for g in step.group_lookups:
+        who = f"{g.request_id} " if step.engine_step is not None else ""
+        spb = f", shared prefix {g.shared_prefix_boundary}" if g.shared_prefix_boundary else ""
+        out.append(f"{who}groups hit {list(g.group_hit_tokens)} -> {g.hit_tokens} in {g.num_passes} pass(es){spb}")
+    for rid, gid, ids in step.skipped_freed:
+        out.append(f"{rid} group {gid}: freed {id_ranges(ids)} below the window")
+    for r in step.retention:
+        kept = sum(r.mask)
+        if kept < len(r.mask):
+            out.append(f"{r.request_id} group {r.group_id}: retention hashes {kept} of {len(r.mask)} full blocks")
+    return out
+
+
 def describe_batch(es: EngineStepRecord) -> str:
     """An engine step's batch: each request's tokens, prefill chunk or sampling, and whether
     the update ran (async: not while the batch queue fills)."""
@@ -114,7 +132,7 @@ def describe_batch(es: EngineStepRecord) -> str:
 
 
 def render_text(trace: Trace) -> str:
-    bs = trace.scenario.engine.block_size
+    bs = trace.scenario.hash_block_size
     lines = [f"{trace.scenario.title} ({trace.scenario.source})"]
     if trace.hash_seed is not None and trace.none_hash is not None:
         lines.append(

@@ -19,7 +19,15 @@ from explorer.core.request import LoRARequest, MultiModalFeature, Request, Reque
 from explorer.core.sched.request_steps import RequestSteps
 from explorer.scenario.budget import check_replay_budget
 from explorer.scenario.engine_steps import EngineStepReplay, replay_engine_steps
-from explorer.scenario.recorder import GROUP_0, StepError, StepRecorder, block_hasher, hashed_since, new_manager
+from explorer.scenario.recorder import (
+    GROUP_0,
+    StepError,
+    StepRecorder,
+    admit_fields,
+    block_hasher,
+    hashed_since,
+    new_manager,
+)
 from explorer.scenario.snapshot import Snapshots
 from explorer.scenario.spec import CLI_LIMITS, Limits, Op, Scenario
 from explorer.scenario.trace import HashedBlock, Snapshot, Step, Trace, with_expectations
@@ -34,14 +42,15 @@ class ScenarioEngine:
         self.scenario = scenario
         self.record = record
         cfg = scenario.engine
-        self.ctx, self.hasher = block_hasher(cfg, hash_seed)
-        self.recorder = StepRecorder(cfg.block_size) if record else None
+        groups = scenario.groups
+        self.ctx, self.hasher = block_hasher(cfg, hash_seed, hash_block_size=scenario.hash_block_size)
+        self.recorder = StepRecorder(groups.groups[0].block_size if groups else cfg.block_size) if record else None
         spec = scenario.speculative
-        self.manager = new_manager(cfg, self.recorder, spec)
+        self.manager = new_manager(cfg, self.recorder, groups, speculative=spec)
         self.sched = RequestSteps(self.manager, 0 if spec is None else spec.num_lookahead_tokens)
         # Speculative decoding: request id -> drafts its last `decode` verifies, until `sample`.
         self.drafts: dict[str, int] = {}
-        self._snapshots = Snapshots(self.manager, GROUP_0)
+        self._snapshots = Snapshots(self.manager, GROUP_0, groups is not None)
         self.requests: dict[str, Request] = {}  # live (not finished), in arrival order
         self.totals = PrefixCacheStats()
         self.window = CachingMetrics()
@@ -76,6 +85,7 @@ class ScenarioEngine:
             num_sampled=out.get("num_sampled"),
             hashed=out.get("hashed", ()),
             preempted=tuple(out.get("preempted", ())),
+            hybrid=out.get("hybrid"),
             **(self.recorder.records() if self.recorder is not None else {}),
         )
         return with_expectations(step)
@@ -92,7 +102,7 @@ class ScenarioEngine:
         return req
 
     def _hashed_since(self, req: Request, n_before: int) -> tuple[HashedBlock, ...]:
-        return hashed_since(req, n_before, self.scenario.engine.block_size) if self.record else ()
+        return hashed_since(req, n_before, self.scenario.hash_block_size) if self.record else ()
 
     def _check_growth(self, op: Op, req: Request, extra: int) -> None:
         limit = self.scenario.engine.max_model_len
@@ -142,6 +152,10 @@ class ScenarioEngine:
         out["hit_tokens"] = admitted.hit_tokens
         out["ok"] = admitted.ok
         out["new_block_ids"] = self._ids(admitted.new_blocks)
+        if self.scenario.groups is not None:
+            self.sched.take_admissions()
+            new_ids = None if admitted.new_blocks is None else admitted.new_blocks.get_block_ids()
+            out["hybrid"] = admit_fields(self.manager, new_ids)
 
     def _op_sample(self, op: Op, out: dict[str, Any]) -> None:
         req = self._need_decodable(op)

@@ -25,7 +25,15 @@ from explorer.core.sched.kv_connector.offloading import OffloadingConnector
 from explorer.core.sched.kv_connector.static import StaticConnector
 from explorer.core.sched.output import KVEventCollector
 from explorer.scenario.connector import held, make_connector
-from explorer.scenario.recorder import GROUP_0, StepError, StepRecorder, block_hasher, hashed_since, new_manager
+from explorer.scenario.recorder import (
+    GROUP_0,
+    StepError,
+    StepRecorder,
+    block_hasher,
+    hashed_since,
+    new_manager,
+    step_fields,
+)
 from explorer.scenario.snapshot import Snapshots
 from explorer.scenario.spec import Op, Scenario
 from explorer.scenario.trace import (
@@ -88,11 +96,12 @@ class EngineStepReplay:
         assert scenario.sched is not None, "not an engine-step scenario"
         self.scenario = scenario
         self.record = record
-        cfg = scenario.engine
-        self.ctx, self.hasher = block_hasher(cfg, hash_seed, scenario.connector is not None)
-        self.recorder = SchedRecorder(cfg.block_size) if record else None
-        self.manager = new_manager(cfg, self.recorder, scenario.speculative)
-        s = scenario.sched
+        cfg, groups, s = scenario.engine, scenario.groups, scenario.sched
+        self.ctx, self.hasher = block_hasher(cfg, hash_seed, scenario.hash_block_size, scenario.connector is not None)
+        self.recorder = SchedRecorder(groups.groups[0].block_size if groups else cfg.block_size) if record else None
+        # vLLM's max_in_flight_tokens: one budget per concurrent batch (2 with async scheduling)
+        in_flight = (2 if s.scheduler == "async" else 1) * s.max_num_batched_tokens
+        self.manager = new_manager(cfg, self.recorder, groups, in_flight, scenario.speculative)
         config = SchedulerConfig(
             s.max_num_batched_tokens,
             s.max_num_seqs,
@@ -104,7 +113,7 @@ class EngineStepReplay:
         self.connector, worker = make_connector(scenario.connector, cfg)
         self.engine_core = make_engine_core(self.manager, config, self.publisher, self.connector, worker)
         self.external_totals = PrefixCacheStats()  # the connector's, summed likewise
-        self._snapshots = Snapshots(self.manager, GROUP_0)
+        self._snapshots = Snapshots(self.manager, GROUP_0, groups is not None)
         self.scheduler = self.engine_core.scheduler
         self.arrived: set[str] = set()
         self.totals = PrefixCacheStats()  # summed over the SchedulerStats of every update
@@ -131,6 +140,7 @@ class EngineStepReplay:
             hashed=out.get("hashed", ()),
             preempted=tuple(out.get("preempted", ())),
             engine_step=out.get("engine_step"),
+            hybrid=out.get("hybrid"),
             **(self.recorder.records() if self.recorder is not None else {}),
         )
         return with_expectations(step)
@@ -155,7 +165,7 @@ class EngineStepReplay:
         self.engine_core.add_request(req, op.output, op.accepted or ())
         self.arrived.add(op.id)
         if self.record:
-            out["hashed"] = hashed_since(req, 0, self.scenario.engine.block_size)
+            out["hashed"] = hashed_since(req, 0, self.scenario.hash_block_size)
 
     def _op_step(self, op: Op, out: dict[str, Any]) -> None:
         num_batches = len(self.publisher.batches)
@@ -172,6 +182,8 @@ class EngineStepReplay:
             if outs.scheduler_stats.connector_prefix_cache_stats is not None:
                 self.external_totals.add(outs.scheduler_stats.connector_prefix_cache_stats)
         rec = self.recorder
+        if self.scenario.groups is not None:
+            out["hybrid"] = step_fields(self.manager, self.scheduler.request_steps)
         out["preempted"] = () if scheduled is None else tuple(scheduled.preempted_reqs)
         out["engine_step"] = EngineStepRecord(
             scheduled={} if scheduled is None else dict(scheduled.num_scheduled_tokens),

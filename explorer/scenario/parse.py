@@ -20,6 +20,7 @@ from explorer.core.hashing import HASH_ALGOS
 from explorer.errors import BadInput, read_user_file
 from explorer.scenario.budget import SizeBudget
 from explorer.scenario.parse_connector import check_expects, check_step_arrive, parse_connector
+from explorer.scenario.parse_groups import GROUP_KEYS, check_group_expects, hashing_engine, parse_groups
 from explorer.scenario.parse_spec_decode import SPEC_KEY, apply_spec_ops, parse_speculative
 from explorer.scenario.parse_values import Ctx, read_bool, read_int, read_str, show
 from explorer.scenario.spec import (
@@ -49,7 +50,7 @@ def _engine(ctx: Ctx, raw: Any, limits: Limits) -> EngineConfig:
         raw = {}
     if not isinstance(raw, Mapping):
         raise ctx.fail("engine", "expected a table")
-    extra = ("kv_connector", SPEC_KEY)
+    extra = ("kv_connector", SPEC_KEY, *GROUP_KEYS)
     unknown = set(raw) - set(ENGINE_DEFAULTS) - set(SCHED_DEFAULTS) - set(extra)
     if unknown:
         known = ", ".join([*ENGINE_DEFAULTS, *SCHED_DEFAULTS, *extra])
@@ -305,11 +306,13 @@ def parse_scenario_dict(data: Mapping[str, Any], source: str = "<scenario>", lim
     sched = parse_sched(ctx.fail, data.get("engine"), engine_steps, engine.max_model_len)
     kv = parse_connector(ctx.fail, data.get("engine"), engine_steps)  # design section 10
     speculative = parse_speculative(ctx.fail, data.get("engine"), sched)  # design section 9
-    parser = StepParser(source, engine, limits, engine_steps, kv)
+    groups = parse_groups(ctx.fail, data.get("engine"), engine.block_size, MAX_BLOCK_SIZE)  # section 8
+    parser = StepParser(source, hashing_engine(engine, groups), limits, engine_steps, kv)
     ops = tuple(check_expects(ctx.fail, parser.parse(i, s), kv) for i, s in enumerate(steps))
     ops = apply_spec_ops(ctx.fail, ops, steps, speculative)
+    check_group_expects(ctx.fail, ops, groups)
     raw = tuple(dict(s) for s in steps)
-    return Scenario(title, engine, ops, source, description, raw, sched, kv, speculative)
+    return Scenario(title, engine, ops, source, description, raw, sched, kv, speculative, groups)
 
 
 def parse_scenario_text(text: str, source: str = "<scenario>", limits: Limits = CLI_LIMITS) -> Scenario:

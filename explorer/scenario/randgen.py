@@ -21,7 +21,7 @@ from typing import Any
 from explorer.core.request import RequestStatus
 from explorer.scenario.engine import ScenarioEngine
 from explorer.scenario.parse import StepParser, parse_scenario_dict
-from explorer.scenario.randgen_profiles import PROFILES, Profile, draw_engine
+from explorer.scenario.randgen_profiles import PROFILES, Profile, draw_engine, draw_groups
 from explorer.scenario.spec import ENGINE_DEFAULTS, Scenario
 from explorer.tokens import format_token_spec
 
@@ -202,6 +202,8 @@ def random_scenario(
     prof = PROFILES[profile] if isinstance(profile, str) else profile
     rng = random.Random(f"{prof.name}:{seed}:engine")
     eng = dict(prof.engine) if prof.engine is not None else draw_engine(rng)
+    if prof.extra.get("hybrid"):
+        eng.update(draw_groups(rng, eng))
     if engine:
         eng.update(engine)
     gen = _Gen(seed, prof, eng)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +47,8 @@ class Profile:
 PROFILES: dict[str, Profile] = {
     # Every feature, small pools, all four hash algorithms, all engine switches.
     "mixed": Profile("mixed"),
+    # "mixed" with hybrid KV cache groups (design section 8): windows, group block sizes, retention.
+    "hybrid": Profile("hybrid", extra={"hybrid": True}),
     # One long run for `python -m explorer bench`: a serving-like mix with shared system
     # prompts, long prompts, decoding and steady eviction pressure.
     "bench": Profile(
@@ -117,3 +120,46 @@ def draw_engine(rng: random.Random) -> dict[str, Any]:
         if eng.get(k) == v and rng.random() < 0.5:
             del eng[k]
     return eng
+
+
+def draw_groups(rng: random.Random, eng: dict[str, Any]) -> dict[str, Any]:
+    """Hybrid engine keys for a drawn engine: full attention and sliding windows in either
+    order (sometimes two windows, sometimes two groups of one spec, sometimes one group),
+    group block sizes that are multiples of the engine's, and every retention form."""
+    bs = eng.get("block_size", ENGINE_DEFAULTS["block_size"])
+
+    def window() -> dict[str, Any]:
+        w = rng.choice([1, 2, bs, bs + 1, 2 * bs, 2 * bs + 3, 3 * bs, 5 * bs])
+        return {"kind": "sliding_window", "sliding_window": max(1, w)}
+
+    fa: dict[str, Any] = {"kind": "full_attention"}
+    shape = rng.choices(["fa_swa", "swa_fa", "fa_swa_swa", "same_spec", "swa", "fa"], weights=[5, 2, 3, 1, 1, 1])[0]
+    w = window()
+    groups = {
+        "fa_swa": [fa, w],
+        "swa_fa": [w, fa],
+        "fa_swa_swa": [fa, w, window()],
+        "same_spec": [fa, w, dict(w)],
+        "swa": [w],
+        "fa": [fa],
+    }[shape]
+    groups = [dict(g) for g in groups]
+    if len(groups) > 1 and rng.random() < 0.3:
+        rng.choice(groups)["block_size"] = bs * rng.choice([2, 3, 4])
+    sizes = [g.get("block_size", bs) for g in groups]
+    lcm = math.lcm(*sizes)
+    out: dict[str, Any] = {"kv_cache_groups": groups}
+    has_window = any(g["kind"] == "sliding_window" for g in groups)
+    ri = rng.random()
+    if has_window and ri < 0.3:
+        out["prefix_cache_retention_interval"] = "dense"
+    elif has_window and ri < 0.5:
+        out["prefix_cache_retention_interval"] = lcm * rng.randint(1, 3)
+    elif ri < 0.75:
+        out["prefix_cache_retention_interval"] = 0
+    gcd = math.gcd(*sizes)
+    if len(groups) > 1 and rng.random() < 0.25:
+        out["hash_block_size"] = rng.choice([d for d in range(1, gcd + 1) if gcd % d == 0])
+    # Every group holds its own table: give the pool room for about as many requests.
+    eng["num_blocks"] = min(eng.get("num_blocks", 300) * len(groups), 524_288)
+    return out

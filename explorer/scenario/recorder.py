@@ -13,13 +13,15 @@ from typing import Any
 
 from explorer.core.hashing import BlockHash, HashContext, init_none_hash
 from explorer.core.kv_cache_manager import KVCacheManager
-from explorer.core.kv_cache_observer import AdmissionCheck, FreedTo, KVCacheObserver
+from explorer.core.kv_cache_observer import AdmissionCheck, FreedTo, GroupLookup, KVCacheObserver
 from explorer.core.kv_cache_utils import generate_block_hash_extra_keys, get_request_block_hasher
 from explorer.core.request import Request
+from explorer.core.sched.request_steps import RequestSteps
 from explorer.core.sched.speculative import SpeculativeConfig
 from explorer.errors import BadInput
+from explorer.scenario.parse_groups import GroupsSpec
 from explorer.scenario.spec import EngineConfig
-from explorer.scenario.trace import CacheCall, CachedBlock, DraftsVerified, Freed, HashedBlock, Lookup
+from explorer.scenario.trace import CacheCall, CachedBlock, DraftsVerified, Freed, HashedBlock, Lookup, Retention
 
 
 class StepError(BadInput):
@@ -31,17 +33,18 @@ GROUP_0 = 0
 
 
 def block_hasher(
-    cfg: EngineConfig, hash_seed: str | None, connector: bool = False
+    cfg: EngineConfig, hash_seed: str | None, hash_block_size: int | None = None, connector: bool = False
 ) -> tuple[HashContext | None, Callable[[Request], list[BlockHash]] | None]:
-    """The engine's NONE_HASH context and request block hasher; none with caching off and no
-    KV connector (vLLM's EngineCore builds it for either, core.py:225-234).
-    ``hash_seed`` overrides the scenario's: the resolved (maybe drawn) seed of an earlier
-    replay, so that replaying again gives the same hashes."""
+    """The engine's NONE_HASH context and request block hasher (at ``hash_block_size``, by
+    default the block size); none with caching off and no KV connector (vLLM's EngineCore
+    builds it for either, core.py:225-234). ``hash_seed`` overrides the scenario's: the
+    resolved (maybe drawn) seed of an earlier replay, so that replaying again gives the same
+    hashes."""
     if not cfg.enable_prefix_caching and not connector:
         return None, None
     seed = hash_seed if hash_seed is not None else (cfg.hash_seed or None)
     ctx = init_none_hash(cfg.hash_algo, seed)
-    return ctx, get_request_block_hasher(cfg.block_size, ctx)
+    return ctx, get_request_block_hasher(hash_block_size or cfg.block_size, ctx)
 
 
 class StepRecorder(KVCacheObserver):
@@ -63,6 +66,9 @@ class StepRecorder(KVCacheObserver):
         self.freed: list[Freed] = []
         self.eagle_dropped: list[tuple[int, int]] = []
         self.drafts: list[DraftsVerified] = []
+        self.group_lookups: list[GroupLookup] = []
+        self.retention: list[Retention] = []
+        self.skipped_freed: list[tuple[str, int, tuple[int, ...]]] = []
 
     def on_lookup(self, request_id: str, num_tokens: int, max_cache_hit_length: int, num_hit_tokens: int) -> None:
         cap = max_cache_hit_length // self.block_size
@@ -72,7 +78,25 @@ class StepRecorder(KVCacheObserver):
         self.lookup = Lookup(num_tokens, 0, (), 0, reason)
 
     def on_lookup_probe(self, group_id: int, block_index: int, block_id: int | None) -> None:
-        self.probes.append((block_index, block_id is not None, block_id))
+        if group_id == GROUP_0:  # the lookup ruler draws group 0; each group's hit is in group_lookups
+            self.probes.append((block_index, block_id is not None, block_id))
+
+    def on_group_lookup(self, lookup: GroupLookup) -> None:
+        self.group_lookups.append(lookup)
+
+    def on_retention(
+        self,
+        request_id: str,
+        group_id: int,
+        start_block: int,
+        mask: tuple[bool, ...],
+        retention_interval: int | None,
+        boundaries: tuple[int, ...],
+    ) -> None:
+        self.retention.append(Retention(request_id, group_id, start_block, mask, retention_interval, boundaries))
+
+    def on_skipped_blocks_freed(self, request_id: str, group_id: int, block_ids: tuple[int, ...]) -> None:
+        self.skipped_freed.append((request_id, group_id, block_ids))
 
     def on_eagle_drop(self, group_id: int, block_index: int, block_id: int) -> None:
         self.eagle_dropped.append((block_index, block_id))
@@ -116,6 +140,9 @@ class StepRecorder(KVCacheObserver):
             "freed": tuple(self.freed),
             "eagle_dropped": tuple(self.eagle_dropped),
             "drafts": tuple(self.drafts),
+            "group_lookups": tuple(self.group_lookups),
+            "retention": tuple(self.retention),
+            "skipped_freed": tuple(self.skipped_freed),
         }
 
 
@@ -131,10 +158,23 @@ def hashed_since(req: Request, n_before: int, block_size: int) -> tuple[HashedBl
 
 
 def new_manager(
-    cfg: EngineConfig, observer: KVCacheObserver | None, speculative: SpeculativeConfig | None = None
+    cfg: EngineConfig,
+    observer: KVCacheObserver | None,
+    groups: GroupsSpec | None = None,
+    max_in_flight_tokens: int | None = None,
+    speculative: SpeculativeConfig | None = None,
 ) -> KVCacheManager:
     """The KV cache manager a scenario's engine settings describe (stats always on: the replay
-    JSON reports them); with speculative decoding, EAGLE's hit drop as the scheduler sets it."""
+    JSON reports them), with its hybrid KV cache groups if it has them, and with speculative
+    decoding EAGLE's hit drop as the scheduler sets it."""
+    hybrid: dict[str, Any] = {}
+    if groups is not None:
+        hybrid = {
+            "kv_cache_groups": groups.groups,
+            "hash_block_size": groups.hash_block_size,
+            "prefix_cache_retention_interval": groups.retention_interval,
+            "max_in_flight_tokens": max_in_flight_tokens,
+        }
     return KVCacheManager(
         cfg.num_blocks,
         cfg.block_size,
@@ -146,4 +186,34 @@ def new_manager(
         observer=observer,
         use_eagle=speculative is not None and speculative.use_eagle_block_drop(),
         num_prefill_lookahead=0 if speculative is None else speculative.num_prefill_lookahead_tokens,
+        **hybrid,
     )
+
+
+def admit_fields(manager: KVCacheManager, new_block_ids: tuple[list[int], ...] | None) -> dict[str, Any]:
+    """An `admit`'s hybrid fields (design section 8), from what the manager reported: each
+    group's own hit and the boundary of its lookup (zeros for a later chunk, which has none),
+    and the new blocks per group (an empty list each when allocate_slots found no room)."""
+    lookups = manager.take_group_lookups()
+    n = manager.coordinator.num_groups
+    last = lookups[-1] if lookups else None
+    return {
+        "group_hit_tokens": list(last.group_hit_tokens) if last else [0] * n,
+        "shared_prefix_boundary": last.shared_prefix_boundary if last else 0,
+        "new_block_ids_by_group": [list(g) for g in new_block_ids] if new_block_ids else [[] for _ in range(n)],
+    }
+
+
+def step_fields(manager: KVCacheManager, steps: RequestSteps) -> dict[str, Any]:
+    """A `step`'s hybrid fields: maps keyed by request id, for the lookups and the
+    waiting-queue admissions the scheduler made in it."""
+    n = manager.coordinator.num_groups
+    lookups = manager.take_group_lookups()
+    admissions = steps.take_admissions()
+    return {
+        "group_hit_tokens": {g.request_id: list(g.group_hit_tokens) for g in lookups},
+        "shared_prefix_boundary": {g.request_id: g.shared_prefix_boundary for g in lookups},
+        "new_block_ids_by_group": {
+            rid: [list(g) for g in ids] if ids else [[] for _ in range(n)] for rid, ids in admissions
+        },
+    }

@@ -26,9 +26,13 @@ _UNSEEN = object()
 class Snapshots:
     """Takes the snapshots of one engine (one manager), in order."""
 
-    def __init__(self, manager: KVCacheManager, group: int) -> None:
+    def __init__(self, manager: KVCacheManager, group: int, hybrid: bool = False) -> None:
         self.manager = manager
         self.group = group
+        # with hybrid groups: every group's block table per request and cached hashes per group
+        self.hybrid = hybrid
+        self._cached_by_group: tuple[tuple[int, bytes, tuple[int, ...]], ...] = ()
+        self._group_entries: dict[Any, tuple[int, bytes, tuple[int, ...]]] = {}
         # per block, filled on the first take (an engine that never snapshots pays nothing):
         self._seen_hash: list[Any] = []  # the hash object last seen
         self._seen_rc: list[int] = []
@@ -57,6 +61,7 @@ class Snapshots:
             window_hit_rate=window.hit_rate,
             window_requests=window.aggregated_requests,
             cpu_tier=cpu_tier,
+            cached_by_group=self._cached_by_group,
         )
 
     def _take_blocks(self, blocks: Any) -> tuple[tuple[int, bytes | None], ...]:
@@ -86,14 +91,28 @@ class Snapshots:
     def _take_cached(self, items: Iterable[tuple[Any, Any]]) -> tuple[tuple[bytes, tuple[int, ...]], ...]:
         old, new = self._cached_entries, {}
         out = []
+        by_group = []
+        new_groups: dict[Any, tuple[int, bytes, tuple[int, ...]]] = {}
         for key, blocks in items:
             ids = tuple(b.block_id for b in blocks)
             entry = old.get(key)
             if entry is None or entry[1] != ids:
                 entry = (bytes(key[:-4]), ids)
             new[key] = entry
+            if self.hybrid:
+                gid = int.from_bytes(key[-4:], "big")
+                g_entry = self._group_entries.get(key)
+                if g_entry is None or g_entry[1] is not entry[0] or g_entry[2] is not entry[1]:
+                    g_entry = (gid, entry[0], entry[1])
+                new_groups[key] = g_entry
+                by_group.append(g_entry)
+                if gid != self.group:
+                    continue  # `cached` is group 0's (design section 8)
             out.append(entry)
         self._cached_entries = new
+        self._group_entries = new_groups
+        if self.hybrid:
+            self._cached_by_group = _same_or_new(self._cached_by_group, by_group)
         self._cached = _same_or_new(self._cached, out)
         return self._cached
 
@@ -109,6 +128,11 @@ class Snapshots:
         return self._requests
 
     def _view(self, r: Request, seen: tuple[Request, RequestView] | None) -> RequestView:
+        by_group: tuple[tuple[int, ...], ...] = ()
+        if self.hybrid:
+            by_group = tuple(tuple(g) for g in self.manager.get_block_ids(r.request_id))
+            if seen is not None and seen[1].block_ids_by_group == by_group:
+                by_group = seen[1].block_ids_by_group
         block_ids = tuple(self.manager.get_blocks(r.request_id).get_block_ids_of_group(self.group))
         lora = r.lora_request.name if r.lora_request else None
         hashes = r.block_hashes  # only ever extended: an equal length is the same list of hashes
@@ -121,6 +145,7 @@ class Snapshots:
                 and v.num_preemptions == r.num_preemptions
                 and len(v.block_hashes) == len(hashes)
                 and v.block_ids == block_ids
+                and v.block_ids_by_group == by_group
             ):
                 return v
             hash_tuple = v.block_hashes if len(v.block_hashes) == len(hashes) else tuple(hashes)
@@ -141,6 +166,7 @@ class Snapshots:
             r.prompt_logprobs,
             r.num_preemptions,
             r.num_output_tokens,
+            by_group,
         )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from explorer.core.hashing import resolve_none_hash_seed
 from explorer.core.sched.speculative import SpeculativeConfig
 from explorer.scenario.parse_connector import ARRIVE_KEYS, EXPECT_STATS, ConnectorSpec, ExternalSpec
+from explorer.scenario.parse_groups import GROUP_EXPECT_KEYS, GroupsSpec
 from explorer.scenario.step_spec import STEP_EXPECT_KEYS, SchedSpec
 
 # Engine-step scenarios (design section 7) add `step` and `abort`; step_spec.py says which op
@@ -53,11 +54,12 @@ _STATS_KEYS = (
 )
 _COMMON_EXPECT = frozenset({"ok", "num_free_blocks", "free_queue", "event_types", *_STATS_KEYS})
 # `expect` keys per op: a key for a field the op does not report is bad input.
+# The hybrid keys (design section 8) need kv_cache_groups: parse_groups.check_group_expects.
 EXPECT_KEYS: dict[str, frozenset[str]] = {
-    op: (_COMMON_EXPECT - {"ok"}) | STEP_EXPECT_KEYS | set(EXPECT_STATS)
+    op: (_COMMON_EXPECT - {"ok"}) | STEP_EXPECT_KEYS | set(EXPECT_STATS) | GROUP_EXPECT_KEYS
     if op == "step"
     else _COMMON_EXPECT
-    | ({"hit_tokens"} if op == "admit" else set())
+    | ({"hit_tokens", *GROUP_EXPECT_KEYS} if op == "admit" else set())
     | ({"new_block_ids"} if op in ("admit", "decode", "generate") else set())
     for op in OPS
 }
@@ -81,6 +83,8 @@ EXPECT_TYPES: dict[str, str] = {
     "preempted": "an array of strings",
     "finished": "an array of strings",
     **{k: "an integer" for k in EXPECT_STATS},  # with a KV connector (design section 10)
+    # hybrid groups (design section 8): the kind depends on the op (parse_groups.py)
+    **dict.fromkeys(GROUP_EXPECT_KEYS, "checked per op"),
 }
 
 
@@ -90,6 +94,8 @@ def value_has_kind(value: Any, kind: str) -> bool:
     def integer(x: Any) -> bool:
         return isinstance(x, int) and not isinstance(x, bool)
 
+    if kind == "checked per op":
+        return True
     if kind == "true or false":
         return isinstance(value, bool)
     if kind == "an integer":
@@ -243,11 +249,22 @@ class Scenario:
     connector: ConnectorSpec | None = None
     # engine.speculative (design section 9); None without drafts.
     speculative: SpeculativeConfig | None = None
+    # The hybrid KV cache groups (design section 8); None: one full-attention group.
+    groups: GroupsSpec | None = None
+
+    @property
+    def hash_block_size(self) -> int:
+        """The block size the request hasher hashes at (the group sizes' GCD with groups)."""
+        return self.engine.block_size if self.groups is None else self.groups.resolved_hash_block_size
 
     def engine_dict(self) -> dict[str, Any]:
         """The [engine] table: the engine keys, the scheduler keys of an engine-step scenario,
-        `kv_connector` and `speculative` when set."""
-        d = {**self.engine.as_dict(), **(self.sched.as_dict() if self.sched is not None else {})}
+        the hybrid keys as written, `kv_connector` and `speculative` when set."""
+        d = {
+            **self.engine.as_dict(),
+            **(self.sched.as_dict() if self.sched is not None else {}),
+            **(self.groups.as_dict() if self.groups is not None else {}),
+        }
         if self.connector is not None:
             d["kv_connector"] = self.connector.as_dict()
         if self.speculative is not None:
@@ -258,6 +275,13 @@ class Scenario:
     def normalized(self, hash_seed: str | None) -> dict[str, Any]:
         engine = self.engine_dict()
         engine["hash_seed"] = hash_seed
+        g = self.groups
+        if g is not None:
+            engine["kv_cache_groups"] = [
+                {"kind": s.kind, "block_size": s.block_size, "sliding_window": s.sliding_window} for s in g.groups
+            ]
+            engine["prefix_cache_retention_interval"] = g.retention_interval
+            engine["hash_block_size"] = g.resolved_hash_block_size
         ops = [op.normalized() for op in self.ops]
         if self.sched is not None:
             return {"kind": "engine_steps", "engine": engine, "ops": ops}

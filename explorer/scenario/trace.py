@@ -14,7 +14,7 @@ from typing import Any
 
 from explorer.core.events import KVCacheEvent, event_to_json
 from explorer.core.hashing import external_block_hash
-from explorer.core.kv_cache_observer import AdmissionCheck
+from explorer.core.kv_cache_observer import AdmissionCheck, GroupLookup
 from explorer.scenario.spec import Op, Scenario
 
 
@@ -86,6 +86,20 @@ class Freed:
 
 
 @dataclass(frozen=True)
+class Retention:
+    """A window group's retention for one cache_blocks call: block ``start_block + i`` gets a
+    hash iff ``mask[i]``; ``retention_interval`` None is dense; ``boundaries`` are the replay
+    ends and the shared-prefix boundary whose tails are kept."""
+
+    request_id: str
+    group_id: int
+    start_block: int
+    mask: tuple[bool, ...]
+    retention_interval: int | None
+    boundaries: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class RequestView:
     request_id: str
     status: str
@@ -99,6 +113,7 @@ class RequestView:
     prompt_logprobs: bool
     num_preemptions: int
     num_output_tokens: int = 0
+    block_ids_by_group: tuple[tuple[int, ...], ...] = ()  # with hybrid groups (0 = the null block)
 
 
 @dataclass(frozen=True)
@@ -112,6 +127,8 @@ class Snapshot:
     stats: Mapping[str, int]
     window_hit_rate: float
     window_requests: int
+    # with hybrid groups: (group id, hash, block ids) for every group; `cached` is group 0's
+    cached_by_group: tuple[tuple[int, bytes, tuple[int, ...]], ...] = ()
     # With the offloading connector: its CPU tier, least recently used first, as
     # (block hash, CPU chunk id, ref_cnt: -1 while being written, else the loads reading it).
     cpu_tier: tuple[tuple[bytes, int, int], ...] | None = None
@@ -203,6 +220,11 @@ class Step:
     # id), and the drafts verified in this step.
     eagle_dropped: tuple[tuple[int, int], ...] = ()
     drafts: tuple[DraftsVerified, ...] = ()
+    # hybrid groups (design section 8): the JSON fields, and what the core reported
+    hybrid: Mapping[str, Any] | None = None
+    group_lookups: tuple[GroupLookup, ...] = ()
+    retention: tuple[Retention, ...] = ()
+    skipped_freed: tuple[tuple[str, int, tuple[int, ...]], ...] = ()  # (request, group, blocks freed)
     expect_failures: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
@@ -225,6 +247,8 @@ class Step:
             d["step_stats"] = None if es.step_stats is None else dict(es.step_stats)
             if es.external is not None:
                 d["external"] = dict(es.external)
+        if self.hybrid is not None:
+            d.update(self.hybrid)
         return d
 
 
@@ -262,7 +286,14 @@ class Trace:
         """The replay JSON of design section 5."""
         f = self.final
         engine_steps = self.scenario.sched is not None
-        return {
+        groups = self.scenario.groups
+        hybrid: dict[str, Any] = {}
+        if groups is not None:
+            by_group: dict[str, dict[str, list[int]]] = {str(g): {} for g in range(len(groups.groups))}
+            for gid, h, ids in f.cached_by_group:
+                by_group[str(gid)][h.hex()] = list(ids)
+            hybrid["cached_by_group"] = by_group
+        out = {
             "steps": [s.to_json() for s in self.steps],
             "final": {
                 "free_queue": list(f.free_queue),
@@ -278,6 +309,7 @@ class Trace:
                         "num_computed_tokens": r.num_computed_tokens,
                         "block_hashes": [h.hex() for h in r.block_hashes],
                         **({"status": r.status, "num_output_tokens": r.num_output_tokens} if engine_steps else {}),
+                        **({"block_ids_by_group": [list(g) for g in r.block_ids_by_group]} if groups else {}),
                     }
                     for r in f.requests
                 },
@@ -286,8 +318,10 @@ class Trace:
                 "reset_ok": list(self.reset_ok),
                 "none_hash": None if self.none_hash is None else self.none_hash.hex(),
                 "hash_seed": self.hash_seed,
+                **hybrid,
             },
         }
+        return out
 
 
 def with_expectations(step: Step) -> Step:
@@ -305,6 +339,8 @@ def with_expectations(step: Step) -> Step:
         "event_types": [type(e).__name__ for e in step.events],
         **{f"stats_{k}": v for k, v in snap.stats.items()},
     }
+    if step.hybrid is not None:
+        actual.update(step.hybrid)
     if step.engine_step is not None:
         actual["scheduled"] = dict(step.engine_step.scheduled)
         actual["preempted"] = list(step.preempted)

@@ -41,6 +41,9 @@ def estimate_replay_bytes(scenario: Scenario) -> int:
     """An upper estimate of the memory a recorded replay of ``scenario`` holds."""
     eng = scenario.engine
     bs = max(1, eng.block_size)
+    if scenario.groups is not None:  # hashes at the hash block size, one block table per group
+        bs = scenario.hash_block_size
+    per_block = PER_REQUEST_BLOCK_SNAPSHOT * (1 if scenario.groups is None else 1 + len(scenario.groups.groups))
     live: dict[str, int] = {}  # request id -> tokens
     live_blocks = 0  # sum over live requests of their blocks (= hashes at most)
     tokens = 0
@@ -60,7 +63,7 @@ def estimate_replay_bytes(scenario: Scenario) -> int:
             live_blocks += _cdiv(live[op.id], bs) - _cdiv(old, bs)
         elif op.op in ("finish", "abort") and op.id in live:
             live_blocks -= _cdiv(live.pop(op.id), bs)
-        request_cost += live_blocks * PER_REQUEST_BLOCK_SNAPSHOT + len(live) * PER_REQUEST_SNAPSHOT
+        request_cost += live_blocks * per_block + len(live) * PER_REQUEST_SNAPSHOT
     steps = len(scenario.ops)
     pool = (steps + 1) * eng.num_blocks * PER_BLOCK_SNAPSHOT
     return pool + request_cost + steps * PER_STEP + tokens * PER_TOKEN

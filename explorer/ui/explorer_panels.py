@@ -3,11 +3,13 @@ state after it (block pool, block history, free queue, requests, metrics, hash m
 
 from __future__ import annotations
 
+import json
+
 import streamlit as st
 
 from explorer.errors import BadInput
 from explorer.scenario.trace import Trace
-from explorer.ui import bound, engine_step_panels, spec_decode_panel
+from explorer.ui import bound, engine_step_panels, groups_panel, spec_decode_panel
 from explorer.ui.engine_step_panels import draws_step
 from explorer.ui.explain import engine_step
 from explorer.ui.explain import step as explain
@@ -103,6 +105,7 @@ def phase_panels(trace: Trace, k: int, changed: set[int], selected: int | None) 
     spec_decode_panel.draw(trace, k)
     if draws_step(trace, k):
         engine_step_panels.phase_panels(trace, k, changed, selected)
+        groups_panel.step_panel(trace, k)
         return
     panels = explain.panels(trace, k)
     st.html(phase_strip_html({p.key: p.summary for p in panels}, PANEL_TITLES))
@@ -145,6 +148,7 @@ def phase_panels(trace: Trace, k: int, changed: set[int], selected: int | None) 
                 body = eviction_html(step, before, after, changed, selected, ints)
             if body:
                 st.html(body)
+    groups_panel.step_panel(trace, k)
 
 
 def _snippets(step) -> dict[int, str]:
@@ -162,13 +166,25 @@ def _snippets(step) -> dict[int, str]:
         return {}
 
 
+def _h3(anchor: str, text: str) -> str:
+    return f'<h3 class="px-h3" id="{anchor}">{esc(text)}</h3>'
+
+
+def _cap(text: str) -> str:
+    return f'<div class="px-cap">{esc(text)}</div>'
+
+
 def state_views(trace: Trace, k: int, changed: set[int], selected: int | None) -> None:
     snap = trace.snapshot_at(k)
     prev = trace.snapshot_at(k - 1) if k > 0 else None
     step = trace.steps[k - 1] if k > 0 else None
     n = len(snap.blocks)
-    st.subheader(f"Block pool after step {k}" if k else "Block pool before step 1", anchor="pool")
-    st.html(legend_html() + pool_summary_html(snap))
+    # A heading, its caption and its HTML go out as one element: a step redraws fewer of them.
+    st.html(
+        _h3("pool", f"Block pool after step {k}" if k else "Block pool before step 1")
+        + legend_html()
+        + pool_summary_html(snap)
+    )
     if grid_mode(n) == "strip":
         st.plotly_chart(
             heat_strip(snap, changed, selected),
@@ -215,28 +231,31 @@ def state_views(trace: Trace, k: int, changed: set[int], selected: int | None) -
             hc2.button("Close", on_click=close_history, key="px_b_close_hist")
             st.html(history_html(block_history(trace, selected), k))
 
-    st.subheader("Free queue", anchor="free-queue")
-    st.caption(
-        f"{snap.num_free_blocks:,} free blocks. get_new_blocks pops from the head; free_blocks puts unhashed blocks at the head and hashed ones at the tail."
+    st.html(
+        _h3("free-queue", "Free queue")
+        + _cap(
+            f"{snap.num_free_blocks:,} free blocks. get_new_blocks pops from the head; free_blocks puts unhashed blocks at the head and hashed ones at the tail."
+        )
+        + free_queue_html(snap, changed, selected)
     )
-    st.html(free_queue_html(snap, changed, selected))
 
+    groups_panel.state_panel(trace, k)
     c1, c2 = st.columns([3, 2])
     with c1:
-        st.subheader("Requests and their block tables", anchor="requests")
-        st.html(requests_html(snap, changed, selected))
+        st.html(_h3("requests", "Requests and their block tables") + requests_html(snap, changed, selected))
     with c2:
         st.subheader("Metrics", anchor="metrics")
         _metrics(trace, k)
 
     c1, c2 = st.columns(2)
     with c1:
-        st.subheader("Hash map", anchor="hash-map")
-        st.caption(f"{len(snap.cached):,} hashes cached. One hash may map to several blocks: vLLM keeps duplicates.")
-        st.html(hash_map_html(snap, step, prev, selected, int_hashes=trace.scenario.engine.int_block_hashes))
+        st.html(
+            _h3("hash-map", "Hash map")
+            + _cap(f"{len(snap.cached):,} hashes cached. One hash may map to several blocks: vLLM keeps duplicates.")
+            + hash_map_html(snap, step, prev, selected, int_hashes=trace.scenario.engine.int_block_hashes)
+        )
     with c2:
-        st.subheader("KV event log", anchor="events")
-        st.html(event_log_html(trace, k))
+        st.html(_h3("events", "KV event log") + event_log_html(trace, k))
         if step is not None and step.events:
             with st.expander(f"This step's {len(step.events)} event(s) as vLLM's msgpack decodes them"):
                 from explorer.core.events import event_to_json
@@ -245,7 +264,8 @@ def state_views(trace: Trace, k: int, changed: set[int], selected: int | None) -
                 for e in evs:
                     if isinstance(e.get("token_ids"), list) and len(e["token_ids"]) > 32:
                         e["token_ids"] = e["token_ids"][:16] + [f"... {len(e['token_ids'])} in all"]
-                st.json(evs, expanded=True)
+                # escaped text, not st.json: its viewer costs the browser more than the rest of the step
+                st.html(f'<pre class="px-json">{esc(json.dumps(evs, indent=1, ensure_ascii=False, default=str))}</pre>')
 
 
 def _metrics(trace: Trace, k: int) -> None:

@@ -34,6 +34,7 @@ from explorer.ui.state import (
 # Session-state keys: the view, the cache's token, messages, whether autoplay runs.
 K_VIEW, K_TOKEN, K_ERRORS, K_NOTICE, K_PLAYING = "px_view", "px_cache_token", "px_errors", "px_notice", "px_playing"
 K_REQUEST = "px_request"  # the live request the playground acts on
+K_OPENED, OPEN_PARAM = "px_opened_links", "open"  # the one-time tokens of links already opened (init_session)
 # Names of the widgets bound to the view (explorer.ui.bound gives each its current key).
 W_LESSON, W_STEP, W_PLAY, W_SPEED, W_BLOCK, W_PRESENTER = (
     "px_w_lesson",
@@ -71,16 +72,29 @@ def add_error(msg: str) -> None:
 
 
 def init_session() -> None:
-    if K_VIEW in st.session_state:
-        return
+    """The view from the URL on a session's first run, and again when a link from another page
+    opens one (the Lessons page's "Open this lesson in the explorer"): such a link carries a
+    one-time ``open`` token, taken once, so a stale report of that URL later cannot move the view
+    back (the page writes its own view into the URL on every run, without the token)."""
+    ss = st.session_state
     try:
         params = st.query_params.to_dict()
     except Exception:
         params = {}
+    token = params.pop(OPEN_PARAM, None)
+    if K_VIEW in ss and (token is None or token in ss.get(K_OPENED, ())):
+        return
+    if token is not None:
+        ss[K_OPENED] = (*ss.get(K_OPENED, ())[-31:], token)
     view, errors = from_query(params)
     for e in errors:
         add_error(e + " It was ignored.")
     set_view(view)
+
+
+def open_link_params(**params: str) -> dict[str, str]:
+    """Query parameters of a link that opens a view in the explorer from another page."""
+    return {**params, OPEN_PARAM: secrets.token_hex(6)}
 
 
 # ---- the session's replays --------------------------------------------------------------------

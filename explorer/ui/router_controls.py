@@ -30,6 +30,22 @@ W_XX = "router_f_xxhash"
 W_SALT = "router_f_salt"
 W_IGNORE = "router_f_ignore_salt"
 W_DROP = "router_f_drop"
+CONTROL_KEYS = (
+    W_LOAD,
+    W_TIE,
+    W_REQUESTS,
+    W_SEED,
+    W_INSTANCES,
+    W_ALGO,
+    W_SEEDF,
+    W_BS,
+    W_FORM,
+    W_XX,
+    W_SALT,
+    W_IGNORE,
+    W_DROP,
+)
+KEPT = "router_kept"  # the page's widget values across a visit to another page (explorer.ui.kept)
 
 
 def sync_controls(ss: MutableMapping[str, Any], base: FleetConfig) -> None:

@@ -6,21 +6,21 @@ from pathlib import Path
 
 import streamlit as st
 
-CSS_PATH = Path(__file__).resolve().parents[2] / "assets" / "explorer.css"
+ASSETS = Path(__file__).resolve().parents[2] / "assets"
+CSS_PATH = ASSETS / "explorer.css"
+PRESENTER_CSS_PATH = ASSETS / "presenter.css"
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError:
+        return ""
 
 
 def page_css(presenter: bool) -> None:
-    """The stylesheet, plus presenter mode's larger type and hidden sidebar."""
-    try:
-        css = CSS_PATH.read_text(encoding="utf-8")
-    except OSError:
-        css = ""
+    """The stylesheet, plus presenter mode's (assets/presenter.css: one step on one 16:9 screen)."""
+    css = _read(CSS_PATH)
     if presenter:
-        css += (
-            "\nhtml { font-size: 24px; }"
-            '\nsection[data-testid="stSidebar"], [data-testid="stSidebarCollapsedControl"], [data-testid="stSidebarNav"] { display: none !important; }'
-            '\n[data-testid="stHeader"] { display: none; }'
-            "\n.block-container { padding-top: 1rem; max-width: 100% !important; }"
-            "\n.px-blk { font-size: 0.85rem; }"
-        )
+        css += "\n" + _read(PRESENTER_CSS_PATH)
     st.html(f"<style>{css}</style>")

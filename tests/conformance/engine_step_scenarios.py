@@ -13,6 +13,7 @@ Standard library only: the driver (in vLLM's virtualenv) imports this file too, 
 
 from __future__ import annotations
 
+import math
 import random
 import tomllib
 from pathlib import Path
@@ -75,15 +76,36 @@ def parse_tokens(value: object, what: str) -> list[int]:
     return out
 
 
+GROUP_KEYS = ("kv_cache_groups", "prefix_cache_retention_interval", "hash_block_size")
+
+
+def normalize_groups(engine: dict[str, Any]) -> None:
+    """Hybrid KV cache groups (design section 8) in the normalized form: every group with its
+    block size, retention "dense" as None, hash_block_size resolved (the GCD by default)."""
+    if not any(k in engine for k in GROUP_KEYS):
+        return
+    bs = engine["block_size"]
+    raw = engine.get("kv_cache_groups") or [{"kind": "full_attention"}]
+    engine["kv_cache_groups"] = [
+        {"kind": g["kind"], "block_size": g.get("block_size", bs), "sliding_window": g.get("sliding_window")}
+        for g in raw
+    ]
+    ri = engine.get("prefix_cache_retention_interval", 0)
+    engine["prefix_cache_retention_interval"] = None if ri == "dense" else ri
+    sizes = [g["block_size"] for g in engine["kv_cache_groups"]]
+    engine["hash_block_size"] = (engine.get("hash_block_size") or math.gcd(*sizes)) if len(sizes) > 1 else sizes[0]
+
+
 def normalize(raw: dict[str, Any]) -> dict[str, Any]:
     """A TOML-shaped engine-step scenario dict -> the normalized scenario the driver reads."""
-    unknown = set(raw.get("engine", {})) - set(ENGINE_DEFAULTS) - {"kv_connector"}
+    unknown = set(raw.get("engine", {})) - set(ENGINE_DEFAULTS) - set(GROUP_KEYS) - {"kv_connector"}
     if unknown:
         raise ScenarioInputError(f"[engine]: unknown keys {sorted(unknown)}")
     engine = {**ENGINE_DEFAULTS, **raw.get("engine", {})}
     if "kv_connector" in engine:  # design section 10
         engine["kv_connector"] = {"kind": "static", "load": "async", "failure_policy": "fail", **engine["kv_connector"]}
     engine["hash_seed"] = engine["hash_seed"] or None
+    normalize_groups(engine)
     lora_ids: dict[str, int] = {}
     lora_paths: dict[str, str] = {}
     ops: list[dict[str, Any]] = []
@@ -160,7 +182,28 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def random_raw_scenario(seed: int) -> dict[str, Any]:
+def _draw_groups(rng: random.Random, block_size: int) -> dict[str, Any]:
+    """Hybrid engine keys: full attention and windows in either order, sometimes two windows
+    or a larger group block size, every retention form."""
+
+    def window() -> dict[str, Any]:
+        return {
+            "kind": "sliding_window",
+            "sliding_window": rng.choice((1, block_size, block_size + 1, 2 * block_size, 5 * block_size)),
+        }
+
+    fa = {"kind": "full_attention"}
+    groups = rng.choice(([fa, window()], [fa, window()], [window(), fa], [fa, window(), window()], [window()]))
+    groups = [dict(g) for g in groups]
+    if len(groups) > 1 and rng.random() < 0.3:
+        rng.choice(groups)["block_size"] = 2 * block_size
+    out: dict[str, Any] = {"kv_cache_groups": groups}
+    lcm = math.lcm(*(g.get("block_size", block_size) for g in groups))
+    out["prefix_cache_retention_interval"] = rng.choice((0, 0, "dense", lcm * rng.randint(1, 3)))
+    return out
+
+
+def random_raw_scenario(seed: int, hybrid: bool = False) -> dict[str, Any]:
     """A random engine-step scenario, TOML-shaped (int arrays), valid by construction.
 
     Several requests arriving between steps (some sharing prefixes), small pools (so requests
@@ -171,7 +214,7 @@ def random_raw_scenario(seed: int) -> dict[str, Any]:
     every request fits the pool alone, no abort of an id that never arrived, and an xxhash
     scenario always names its seed (vLLM would draw a random one).
     """
-    rng = random.Random(f"engine-steps:{seed}")
+    rng = random.Random(f"engine-steps:{seed}" + (":hybrid" if hybrid else ""))
     block_size = rng.choice((4, 8, 16, 16, 16))
     max_num_seqs = rng.randint(1, 6)
     budget = rng.choice((16, 24, 32, 48, 64, 96, 128, 200, 256, 384, 512))
@@ -217,7 +260,11 @@ def random_raw_scenario(seed: int) -> dict[str, Any]:
             step["prompt_logprobs"] = True
         requests.append(step)
     # The pool holds the largest request alone, and little more: preemption under pressure.
-    largest = max(_cdiv(len(r["prompt"]) + len(r["output"]), block_size) for r in requests)
+    sizes = [block_size]
+    if hybrid:
+        engine.update(_draw_groups(rng, block_size))
+        sizes = [g.get("block_size", block_size) for g in engine["kv_cache_groups"]]
+    largest = max(sum(_cdiv(len(r["prompt"]) + len(r["output"]), bs) for bs in sizes) for r in requests)
     engine["num_blocks"] = largest + 1 + rng.randint(0, 2 * largest)
 
     steps: list[dict[str, Any]] = []

@@ -35,7 +35,6 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 os.environ.pop("PYTHONHASHSEED", None)
 
 import msgspec  # noqa: E402
-import torch  # noqa: E402
 import vllm.envs as vllm_envs  # noqa: E402
 import vllm.v1.core.kv_cache_utils as kcu  # noqa: E402
 from vllm.lora.request import LoRARequest  # noqa: E402
@@ -51,12 +50,9 @@ from vllm.v1.core.kv_cache_utils import (  # noqa: E402
     get_request_block_hasher,
     init_none_hash,
 )
-from vllm.v1.kv_cache_interface import (  # noqa: E402
-    FullAttentionSpec,
-    KVCacheConfig,
-    KVCacheGroupSpec,
-)
+from vllm.v1.kv_cache_interface import KVCacheConfig  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
+from vllm_groups import kv_cache_groups  # noqa: E402  (beside this file)
 
 
 class ScenarioError(Exception):
@@ -145,6 +141,9 @@ class Replay:
         self.max_model_len = int(eng["max_model_len"])
         self.caching = bool(eng["enable_prefix_caching"])
         self.events_on = bool(eng["events"])
+        # Hybrid KV cache groups (design section 8; spec part 2 rule 70's recipe).
+        self.hybrid = "kv_cache_groups" in eng
+        groups, self.hash_block_size, self.scheduler_block_size, retention = kv_cache_groups(eng)
 
         # Environment as vLLM reads it, per scenario.
         os.environ["VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES"] = "1" if eng["int_block_hashes"] else "0"
@@ -164,7 +163,7 @@ class Replay:
             hash_fn = get_hash_fn_by_name(eng["hash_algo"])
             # As EngineCore.__init__ does, and before any Request exists.
             init_none_hash(hash_fn)
-            self.hasher = get_request_block_hasher(self.block_size, hash_fn)
+            self.hasher = get_request_block_hasher(self.hash_block_size, hash_fn)
             self.none_hash = kcu.NONE_HASH.hex()
             self.hash_seed = kcu.get_none_hash_seed()
         else:
@@ -175,24 +174,15 @@ class Replay:
         config = KVCacheConfig(
             num_blocks=self.num_blocks,
             kv_cache_tensors=[],
-            kv_cache_groups=[
-                KVCacheGroupSpec(
-                    ["layer.0"],
-                    FullAttentionSpec(
-                        block_size=self.block_size,
-                        num_kv_heads=1,
-                        head_size=1,
-                        dtype=torch.float32,
-                    ),
-                )
-            ],
+            kv_cache_groups=groups,
+            **({"prefix_cache_retention_interval": retention} if self.hybrid else {}),
         )
         use_eagle, self.lookahead, prefill_lookahead = _spec_numbers(eng.get("speculative"))
         self.mgr = KVCacheManager(
             config,
             max_model_len=self.max_model_len,
-            scheduler_block_size=self.block_size,
-            hash_block_size=self.block_size,
+            scheduler_block_size=self.scheduler_block_size,
+            hash_block_size=self.hash_block_size,
             enable_caching=self.caching,
             enable_kv_cache_events=self.events_on,
             log_stats=True,
@@ -267,6 +257,20 @@ class Replay:
         step["new_block_ids"].extend(_block_ids(new))
         return True
 
+    def _group_fields(self, req: Request, step: dict, looked_up: bool, spb: int) -> None:
+        """The hybrid lookup fields: each group's own hit (rule 70), the boundary."""
+        n = len(self.mgr.kv_cache_config.kv_cache_groups)
+        hits = [0] * n
+        if looked_up:
+            coordinator = self.mgr.coordinator
+            if hasattr(coordinator, "find_longest_cache_hit_per_group"):
+                _, per = coordinator.find_longest_cache_hit_per_group(req.block_hashes, req.num_tokens - 1)
+                hits = list(per)
+            else:  # one group: its own hit is the hit
+                hits = [step["hit_tokens"]]
+        step["group_hit_tokens"] = hits
+        step["shared_prefix_boundary"] = spb
+
     def op_admit(self, op: dict, step: dict) -> None:
         req = self._request(op["id"])
         step["hit_tokens"] = 0
@@ -281,8 +285,15 @@ class Replay:
             # get_computed_blocks itself returns (empty, 0, 0) when caching is
             # off or the request skips reading the cache (prompt_logprobs).
             looked_up = self.mgr.prefix_cache_lookup_enabled(req)
-            hit_blocks, hit, _ = self.mgr.get_computed_blocks(req)
+            hit_blocks, hit, spb = self.mgr.get_computed_blocks(req)
+            # The scheduler stores the boundary on the request (scheduler.py:930-937).
+            req.shared_prefix_boundary = spb
             step["hit_tokens"] = hit
+            if self.hybrid:
+                self._group_fields(req, step, looked_up, spb)
+        elif self.hybrid:
+            n = len(self.mgr.kv_cache_config.kv_cache_groups)
+            step["group_hit_tokens"], step["shared_prefix_boundary"] = [0] * n, 0
         remaining = req.num_tokens - req.num_computed_tokens - hit
         if remaining <= 0:
             raise ScenarioError(f"request {req.request_id!r} has nothing to compute")
@@ -295,6 +306,11 @@ class Replay:
             new_computed_blocks=hit_blocks,
             num_lookahead_tokens=self.lookahead,
         )
+        if self.hybrid:
+            n = len(self.mgr.kv_cache_config.kv_cache_groups)
+            step["new_block_ids_by_group"] = (
+                [[] for _ in range(n)] if new is None else [list(g) for g in new.get_block_ids()]
+            )
         if new is None:
             step["ok"] = False
             return
@@ -402,9 +418,14 @@ class Replay:
             return None if key is None else get_block_hash(key).hex()
 
         cached: dict[str, list[int]] = {}
+        n = len(self.mgr.kv_cache_config.kv_cache_groups)
+        by_group: dict[str, dict[str, list[int]]] = {str(g): {} for g in range(n)}
         for key, value in self.pool.cached_block_hash_to_block._cache.items():
             ids = [blk.block_id for blk in value.values()] if isinstance(value, dict) else [value.block_id]
-            cached.setdefault(digest_hex(key), []).extend(ids)
+            gid = int.from_bytes(bytes(key)[-4:], "big")
+            by_group[str(gid)].setdefault(digest_hex(key), []).extend(ids)
+            if not self.hybrid or gid == 0:  # `cached` is group 0's (design section 8)
+                cached.setdefault(digest_hex(key), []).extend(ids)
 
         stats = self.mgr.prefix_cache_stats  # never reset by make_*: totals
         return {
@@ -424,6 +445,7 @@ class Replay:
                     "block_ids": list(self.mgr.get_block_ids(rid)[0]),
                     "num_computed_tokens": req.num_computed_tokens,
                     "block_hashes": [h.hex() for h in req.block_hashes],
+                    **({"block_ids_by_group": [list(g) for g in self.mgr.get_block_ids(rid)]} if self.hybrid else {}),
                 }
                 for rid, req in self.live.items()
             },
@@ -438,7 +460,103 @@ class Replay:
             "reset_ok": self.reset_ok,
             "none_hash": self.none_hash,
             "hash_seed": self.hash_seed,
+            **({"cached_by_group": by_group} if self.hybrid else {}),
         }
+
+
+def hybrid_vectors() -> dict:
+    """Spec part 2 rules 64 and 74 (hybrid), which no scenario can state: rule 64 evicts hashes
+    by hand and records every call of the fixed point; rule 74 needs use_eagle. Run with
+    vLLM's own hybrid KVCacheManager (rule 70's recipe)."""
+    from vllm.v1.core import single_type_kv_cache_manager as stm
+
+    os.environ.pop("PYTHONHASHSEED", None)
+    hash_fn = get_hash_fn_by_name("sha256")
+    init_none_hash(hash_fn)
+    hasher = get_request_block_hasher(16, hash_fn)
+
+    def manager(windows, retention, use_eagle=False):
+        eng = {
+            "block_size": 16,
+            "kv_cache_groups": [
+                {"kind": "full_attention", "block_size": 16, "sliding_window": None},
+                *({"kind": "sliding_window", "block_size": 16, "sliding_window": w} for w in windows),
+            ],
+            "prefix_cache_retention_interval": retention,
+        }
+        groups, hbs, sbs, ri = kv_cache_groups(eng)
+        cfg = KVCacheConfig(
+            num_blocks=64, kv_cache_tensors=[], kv_cache_groups=groups, prefix_cache_retention_interval=ri
+        )
+        return KVCacheManager(
+            cfg,
+            max_model_len=4096,
+            scheduler_block_size=sbs,
+            hash_block_size=hbs,
+            enable_caching=True,
+            enable_kv_cache_events=True,
+            log_stats=True,
+            use_eagle=use_eagle,
+        )
+
+    def request(rid, tokens):
+        return Request(
+            request_id=rid,
+            prompt_token_ids=list(tokens),
+            sampling_params=SamplingParams(max_tokens=16),
+            pooling_params=None,
+            block_hasher=hasher,
+        )
+
+    def admit(mgr, r):
+        blocks, hit, spb = mgr.get_computed_blocks(r)
+        r.shared_prefix_boundary = spb
+        mgr.allocate_slots(r, r.num_tokens - hit, num_new_computed_tokens=hit, new_computed_blocks=blocks)
+        r.num_computed_tokens = r.num_tokens
+
+    out: dict = {}
+    # rule 64: FA + SWA-32 + SWA-64, dense; evict SWA-64 blocks 4..7 and SWA-32 blocks 2..3.
+    mgr = manager([32, 64], None)
+    a = request("A", range(140))
+    admit(mgr, a)
+    pool = mgr.block_pool
+    fa, swa32, swa64 = mgr.get_block_ids("A")
+    for bid in [*swa64[4:8], *swa32[2:4]]:
+        blk = pool.blocks[bid]
+        pool.cached_block_hash_to_block.pop(blk.block_hash, bid)
+        blk.reset_hash()
+    calls = []
+    originals = {}
+    for cls in (stm.FullAttentionManager, stm.SlidingWindowManager):
+        originals[cls] = cls.__dict__["find_longest_cache_hit"]
+
+        def recorded(klass, *args, _orig=originals[cls].__func__, **kw):
+            blocks, hit = _orig(klass, *args, **kw)
+            calls.append([getattr(kw["kv_cache_spec"], "sliding_window", None), kw["max_length"], hit])
+            return blocks, hit
+
+        cls.find_longest_cache_hit = classmethod(recorded)
+    try:
+        q = request("Q", [*range(140), *range(1000, 1020)])
+        blocks, hit, spb = mgr.get_computed_blocks(q)
+    finally:
+        for cls, orig in originals.items():
+            cls.find_longest_cache_hit = orig
+    out["rule64"] = {"calls": calls, "hit": hit, "spb": spb, "blocks": [list(g) for g in blocks.get_block_ids()]}
+    # rule 74: FA + SWA-32, dense, with and without EAGLE.
+    for use_eagle in (True, False):
+        mgr = manager([32], None, use_eagle)
+        a = request("A", range(100))
+        admit(mgr, a)
+        b = request("B", [*range(100), *([5] * 50)])
+        blocks, hit, _ = mgr.get_computed_blocks(b)
+        out[f"rule74_eagle_{use_eagle}"] = {
+            "hit": hit,
+            "blocks": [list(g) for g in blocks.get_block_ids()],
+            "replay_boundaries": list(mgr.coordinator.get_replay_boundaries(a)),
+            "eagle_group_ids": sorted(mgr.coordinator.eagle_group_ids),
+        }
+    return out
 
 
 def replay(scenario: dict) -> dict:
@@ -524,6 +642,10 @@ def main() -> int:
             continue
         try:
             message = json.loads(line)
+            if message.get("vectors") == "hybrid":
+                _PROTOCOL_OUT.write(json.dumps(hybrid_vectors()) + "\n")
+                _PROTOCOL_OUT.flush()
+                continue
             if "toml_file" in message:
                 _PROTOCOL_OUT.write(run_toml_file(message["toml_file"]) + "\n")
                 _PROTOCOL_OUT.flush()

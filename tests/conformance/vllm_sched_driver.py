@@ -44,7 +44,6 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 os.environ.pop("PYTHONHASHSEED", None)
 
 import msgspec  # noqa: E402
-import torch  # noqa: E402
 import vllm.envs as vllm_envs  # noqa: E402
 import vllm.v1.core.kv_cache_utils as kcu  # noqa: E402
 from vllm.config import (  # noqa: E402
@@ -64,10 +63,11 @@ from vllm.utils.hashing import get_hash_fn_by_name  # noqa: E402
 from vllm.v1.core.kv_cache_utils import get_block_hash, get_request_block_hasher, init_none_hash  # noqa: E402
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
 from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec  # noqa: E402
+from vllm.v1.kv_cache_interface import KVCacheConfig  # noqa: E402
 from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, DraftTokenIds, KVConnectorOutput, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+from vllm_groups import kv_cache_groups  # noqa: E402  (beside this file)
 
 HERE = Path(__file__).resolve().parent
 # vLLM's KVConnectorFactory imports the test connector by module name (design section 10).
@@ -271,6 +271,9 @@ class EngineReplay:
         eng = scenario["engine"]
         self.block_size = int(eng["block_size"])
         self.num_blocks = int(eng["num_blocks"])
+        # Hybrid KV cache groups (design section 8): hashes at hash_block_size, the scheduler at the LCM.
+        self.hybrid = "kv_cache_groups" in eng
+        groups, self.hash_block_size, self.scheduler_block_size, retention = kv_cache_groups(eng)
         self.max_model_len = int(eng["max_model_len"])
         self.async_sched = eng["scheduler"] == "async"
         spec = _spec_key(eng.get("speculative"))
@@ -299,7 +302,7 @@ class EngineReplay:
                 os.environ["PYTHONHASHSEED"] = str(seed)
             hash_fn = get_hash_fn_by_name(eng["hash_algo"])
             init_none_hash(hash_fn)
-            self.hasher = get_request_block_hasher(self.block_size, hash_fn)
+            self.hasher = get_request_block_hasher(self.hash_block_size, hash_fn)
             self.none_hash = kcu.NONE_HASH.hex()
             self.hash_seed = kcu.get_none_hash_seed()
 
@@ -309,22 +312,20 @@ class EngineReplay:
         kv_cache_config = KVCacheConfig(
             num_blocks=self.num_blocks,
             kv_cache_tensors=[],
-            kv_cache_groups=[
-                KVCacheGroupSpec(
-                    ["layer.0"],
-                    FullAttentionSpec(block_size=self.block_size, num_kv_heads=1, head_size=1, dtype=torch.float32),
-                )
-            ],
+            kv_cache_groups=groups,
+            **({"prefix_cache_retention_interval": retention} if self.hybrid else {}),
         )
         cls = AsyncScheduler if self.async_sched else Scheduler
         self.sched = cls(
             vllm_config=vc,
             kv_cache_config=kv_cache_config,
             structured_output_manager=StructuredOutputManager(vc),
-            block_size=self.block_size,
-            hash_block_size=self.block_size,
+            block_size=self.scheduler_block_size,
+            hash_block_size=self.hash_block_size,
             log_stats=True,
         )
+        if self.hybrid:
+            self._observe_hybrid()
         self.recorder = EventRecorder()
         self.sched.kv_event_publisher = self.recorder
         self.connector = self.sched.connector
@@ -378,6 +379,39 @@ class EngineReplay:
 
         sched.finish_requests = finish_requests
         sched._update_from_kv_xfer_finished = update_from_kv_xfer_finished
+
+    def _observe_hybrid(self) -> None:
+        """Record (never change) each lookup's per-group hits and boundary, and each
+        waiting-queue admission's new blocks per group, as the scheduler makes them."""
+        mgr = self.sched.kv_cache_manager
+        n = len(mgr.kv_cache_config.kv_cache_groups)
+        self.step_hybrid = {"group_hit_tokens": {}, "shared_prefix_boundary": {}, "new_block_ids_by_group": {}}
+        get_computed_blocks, allocate_slots = mgr.get_computed_blocks, mgr.allocate_slots
+
+        def looked_up(request):
+            blocks, hit, spb = get_computed_blocks(request)
+            hits = [0] * n
+            if mgr.prefix_cache_lookup_enabled(request):
+                coordinator = mgr.coordinator
+                if hasattr(coordinator, "find_longest_cache_hit_per_group"):
+                    hits = list(
+                        coordinator.find_longest_cache_hit_per_group(request.block_hashes, request.num_tokens - 1)[1]
+                    )
+                else:
+                    hits = [hit]
+            self.step_hybrid["group_hit_tokens"][request.request_id] = hits
+            self.step_hybrid["shared_prefix_boundary"][request.request_id] = spb
+            return blocks, hit, spb
+
+        def allocated(request, *args, **kwargs):
+            admitting = request.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED)
+            new = allocate_slots(request, *args, **kwargs)
+            if admitting:
+                ids = [[] for _ in range(n)] if new is None else [list(g) for g in new.get_block_ids()]
+                self.step_hybrid["new_block_ids_by_group"][request.request_id] = ids
+            return new
+
+        mgr.get_computed_blocks, mgr.allocate_slots = looked_up, allocated
 
     # ---- the played model runner ----------------------------------------------------------
 
@@ -536,6 +570,9 @@ class EngineReplay:
             self._step_with_batch_queue(entry)
         else:
             self._step(entry)
+        if self.hybrid:
+            entry.update(self.step_hybrid)
+            self.step_hybrid = {k: {} for k in self.step_hybrid}
 
     def _step(self, entry: dict) -> None:
         """EngineCore.step() (core.py:630-659)."""
@@ -613,9 +650,14 @@ class EngineReplay:
             return None if key is None else get_block_hash(key).hex()
 
         cached: dict[str, list[int]] = {}
+        n = len(mgr.kv_cache_config.kv_cache_groups)
+        by_group: dict[str, dict[str, list[int]]] = {str(g): {} for g in range(n)}
         for key, value in pool.cached_block_hash_to_block._cache.items():
             ids = [blk.block_id for blk in value.values()] if isinstance(value, dict) else [value.block_id]
-            cached.setdefault(digest_hex(key), []).extend(ids)
+            gid = int.from_bytes(bytes(key)[-4:], "big")
+            by_group[str(gid)].setdefault(digest_hex(key), []).extend(ids)
+            if not self.hybrid or gid == 0:  # `cached` is group 0's (design section 8)
+                cached.setdefault(digest_hex(key), []).extend(ids)
         # Every admission so far: the stats each update reported, plus what the manager has
         # recorded since the last make_stats (an async batch not updated yet).
         pending = mgr.prefix_cache_stats
@@ -639,6 +681,7 @@ class EngineReplay:
                     "block_hashes": [h.hex() for h in req.block_hashes],
                     "status": req.status.name.lower(),
                     "num_output_tokens": req.num_output_tokens,
+                    **({"block_ids_by_group": [list(g) for g in mgr.get_block_ids(rid)]} if self.hybrid else {}),
                 }
                 for rid, req in self.sched.requests.items()
             },
@@ -647,6 +690,7 @@ class EngineReplay:
             "reset_ok": self.reset_ok,
             "none_hash": self.none_hash,
             "hash_seed": self.hash_seed,
+            **({"cached_by_group": by_group} if self.hybrid else {}),
         }
 
 

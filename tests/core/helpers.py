@@ -51,7 +51,7 @@ class Sched:
         """
         first = req.num_computed_tokens == 0
         if first:
-            hit_blocks, hit = self.mgr.get_computed_blocks(req)
+            hit_blocks, hit, _ = self.mgr.get_computed_blocks(req)
         else:
             hit_blocks, hit = None, 0
         remaining = req.num_tokens - req.num_computed_tokens - hit

@@ -84,11 +84,16 @@ def check_invariants(manager: KVCacheManager, requests: Iterable[Request] = ()) 
 
     # Hash map <-> block hashes.
     in_map: dict[int, bytes] = {}
+    extra = pool.cached_block_hashes_by_block  # partial tail entries: more keys of a hashed block
+    for bid, keys in extra.items():
+        assert keys and blocks[bid].block_hash is not None, f"block {bid} has extra keys but no hash"
     for key, entry in pool.cached_block_hash_to_block.items():
         assert entry, f"empty map entry for {key.hex()[:16]}"
         for b in entry:
             assert b is blocks[b.block_id], f"map holds a foreign block object {b!r}"
             assert not b.is_null, "the null block is in the hash map"
+            if key in extra.get(b.block_id, ()):
+                continue
             assert b.block_hash == key, (
                 f"map key {key.hex()[:16]} holds block {b.block_id} whose hash is "
                 f"{b.block_hash.hex()[:16] if b.block_hash else None}"
@@ -125,17 +130,26 @@ def check_invariants(manager: KVCacheManager, requests: Iterable[Request] = ()) 
             f"block {b.block_id}: ref_cnt {b.ref_cnt} but {holders[b.block_id]} block tables hold it"
         )
 
-    # Blocks a request's table marks as cached carry the request's hash for that position.
+    # Null blocks (a window group's skipped slots) only ever lead a table; full attention has none.
+    for m in manager.coordinator.single_type_managers:
+        for rid, table in m.req_to_blocks.items():
+            nulls = [i for i, b in enumerate(table) if b.is_null]
+            assert nulls == list(range(len(nulls))), f"request {rid!r} group {m.kv_cache_group_id}: nulls at {nulls}"
+            assert not nulls or m.sliding_window is not None, f"request {rid!r}: a full-attention table holds nulls"
+
+    # Blocks a request's table marks as cached carry the request's hash for that position (at
+    # the group's block size); a window group's retention may leave some unhashed.
     for req in requests:
         for m in manager.coordinator.single_type_managers:
             table = m.req_to_blocks.get(req.request_id)
             if table is None:
                 continue
+            hashes = m.view_hashes(req.block_hashes)
             for i in range(m.num_cached_block.get(req.request_id, 0)):
-                if table[i].is_null:
+                if table[i].is_null or (m.sliding_window is not None and table[i].block_hash is None):
                     continue
-                assert i < len(req.block_hashes), f"request {req.request_id!r}: block {i} cached but unhashed"
-                want = make_block_hash_with_group_id(req.block_hashes[i], m.kv_cache_group_id)
+                assert i < len(hashes), f"request {req.request_id!r}: block {i} cached but unhashed"
+                want = make_block_hash_with_group_id(hashes[i], m.kv_cache_group_id)
                 assert table[i].block_hash == want, (
                     f"request {req.request_id!r}: block {i} (id {table[i].block_id}) is cached "
                     "under another hash than the request's"

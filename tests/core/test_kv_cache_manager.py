@@ -72,7 +72,7 @@ def test_demo_scenario_and_eviction_order_a2_b2_a1():
     check_invariants(s.mgr)
 
     c = s.request("C", tok_a[:48])
-    _, hit_c = s.mgr.get_computed_blocks(c)
+    _, hit_c, _ = s.mgr.get_computed_blocks(c)
     assert hit_c == 32
     s.mgr.record_prefix_cache_stats(c, hit_c)  # the demo counts C although it is never allocated
     st = s.mgr.make_prefix_cache_stats()
@@ -185,9 +185,9 @@ def test_rule_29_cap_is_num_tokens_minus_1():
     a = s.request("A", list(range(48)))
     s.admit(a)
     s.finish(a)
-    blocks, hit = s.mgr.get_computed_blocks(s.request("C", list(range(48))))
+    blocks, hit, _ = s.mgr.get_computed_blocks(s.request("C", list(range(48))))
     assert hit == 32 and ids(blocks) == [1, 2]
-    _, hit49 = s.mgr.get_computed_blocks(s.request("D", list(range(49))))
+    _, hit49, _ = s.mgr.get_computed_blocks(s.request("D", list(range(49))))
     assert hit49 == 48
 
 
@@ -199,7 +199,7 @@ def test_rule_29_lookup_touches_nothing_and_records_no_stats():
     s.finish(a)
     s.mgr.make_prefix_cache_stats()
     before = snapshot(s)
-    _, hit = s.mgr.get_computed_blocks(s.request("B", list(range(40))))
+    _, hit, _ = s.mgr.get_computed_blocks(s.request("B", list(range(40))))
     assert hit == 32 and snapshot(s) == before
     assert s.mgr.make_prefix_cache_stats().requests == 0
 
@@ -210,7 +210,7 @@ def test_rule_29_empty_when_caching_off():
     r = s.request("r", list(range(40)))
     s.admit(r)
     s.finish(r)
-    blocks, hit = s.mgr.get_computed_blocks(s.request("r2", list(range(40))))
+    blocks, hit, _ = s.mgr.get_computed_blocks(s.request("r2", list(range(40))))
     assert hit == 0 and ids(blocks) == []
 
 
@@ -222,7 +222,7 @@ def test_rule_29_empty_when_skip_reading_prefix_cache():
     s.finish(a)
     b = s.request("B", list(range(40)), prompt_logprobs=True)
     assert b.skip_reading_prefix_cache
-    blocks, hit = s.mgr.get_computed_blocks(b)
+    blocks, hit, _ = s.mgr.get_computed_blocks(b)
     assert hit == 0 and ids(blocks) == []
 
 
@@ -312,7 +312,7 @@ def test_rule_31_hit_only_step_is_allowed():
     s.admit(a)
     s.finish(a)
     b = s.request("B", list(range(40)))
-    blocks, hit = s.mgr.get_computed_blocks(b)
+    blocks, hit, _ = s.mgr.get_computed_blocks(b)
     assert ids(s.mgr.allocate_slots(b, 0, hit, blocks)) == []
     assert s.table(b) == [1, 2]
     check_invariants(s.mgr, [b])
@@ -327,7 +327,7 @@ def test_rule_31_admission_check_counts_free_hit_blocks():
     s.finish(a)
     assert s.pool.get_num_free_blocks() == 5
     b = s.request("B", list(range(64)) + list(range(500, 532)))  # 96 tokens: 6 blocks
-    blocks, hit = s.mgr.get_computed_blocks(b)
+    blocks, hit, _ = s.mgr.get_computed_blocks(b)
     assert hit == 64 and all(blk.ref_cnt == 0 for blk in blocks.blocks[0])
     s.mgr.take_events()
     before = snapshot(s)
@@ -441,7 +441,7 @@ def test_rule_31_decode_caches_generated_blocks():
     assert s.pool.blocks[1].block_hash == make_block_hash_with_group_id(r.block_hashes[0], 0)
     s.finish(r)
     again = s.request("again", r.all_token_ids + [1])
-    _, hit = s.mgr.get_computed_blocks(again)
+    _, hit, _ = s.mgr.get_computed_blocks(again)
     assert hit == 16
 
 
@@ -545,7 +545,7 @@ def test_rule_35_after_reset_nothing_hits():
     s.admit(r)
     s.finish(r)
     s.mgr.reset_prefix_cache()
-    _, hit = s.mgr.get_computed_blocks(s.request("r2", list(range(40))))
+    _, hit, _ = s.mgr.get_computed_blocks(s.request("r2", list(range(40))))
     assert hit == 0
 
 
@@ -599,8 +599,8 @@ def test_rule_37_walk_stops_at_the_first_miss():
     k1 = s.pool.blocks[2].block_hash
     s.pool.cached_block_hash_to_block.pop(k1, 2)
     s.pool.blocks[2].reset_hash()
-    hits = m.find_longest_cache_hit(a.block_hashes, 64)
-    assert [b.block_id for b in hits] == [1]
+    (hits,), hit = m.find_longest_cache_hit(a.block_hashes, 64)
+    assert [b.block_id for b in hits] == [1] and hit == 16
 
 
 def test_rule_37_max_length_limits_the_probe():
@@ -609,9 +609,9 @@ def test_rule_37_max_length_limits_the_probe():
     m = s.mgr.coordinator.single_type_managers[0]
     a = s.request("A", list(range(64)))
     s.admit(a)
-    assert len(m.find_longest_cache_hit(a.block_hashes, 63)) == 3
-    assert len(m.find_longest_cache_hit(a.block_hashes, 64)) == 4
-    assert len(m.find_longest_cache_hit(a.block_hashes, 15)) == 0
+    assert len(m.find_longest_cache_hit(a.block_hashes, 63)[0][0]) == 3
+    assert len(m.find_longest_cache_hit(a.block_hashes, 64)[0][0]) == 4
+    assert len(m.find_longest_cache_hit(a.block_hashes, 15)[0][0]) == 0
 
 
 def test_rule_37_hit_uses_the_earliest_duplicate():
@@ -621,7 +621,7 @@ def test_rule_37_hit_uses_the_earliest_duplicate():
     s.admit(a)
     a2 = s.request("A2", list(range(48)))
     s.admit(a2)  # block 4 duplicates block 3
-    blocks, _ = s.mgr.get_computed_blocks(s.request("A3", list(range(49))))
+    blocks, _, _ = s.mgr.get_computed_blocks(s.request("A3", list(range(49))))
     assert ids(blocks) == [1, 2, 3]
 
 
@@ -631,7 +631,7 @@ def test_rule_37_a_different_first_block_misses_everything():
     a = s.request("A", list(range(64)))
     s.admit(a)
     b = s.request("B", [999] + list(range(1, 64)))
-    _, hit = s.mgr.get_computed_blocks(b)
+    _, hit, _ = s.mgr.get_computed_blocks(b)
     assert hit == 0
 
 
@@ -642,7 +642,7 @@ def test_rule_37_extra_keys_separate_otherwise_identical_prompts():
     s = Sched(16)
     s.admit(s.request("A", list(range(48))))
     for kw in ({"cache_salt": "x"}, {"lora_request": LoRARequest("l", 1, "p")}):
-        _, hit = s.mgr.get_computed_blocks(s.request("B", list(range(48)), **kw))
+        _, hit, _ = s.mgr.get_computed_blocks(s.request("B", list(range(48)), **kw))
         assert hit == 0
 
 
@@ -676,6 +676,6 @@ def test_rule_74_eagle_drops_the_last_hit_block():
         assert s.admit(a) == (0, list(range(1, 8)))
         s.mgr.free(a)
         b = s.request("B", [*range(100), *([5] * 50)])
-        hit_blocks, hit = s.mgr.get_computed_blocks(b)
+        hit_blocks, hit, _ = s.mgr.get_computed_blocks(b)
         assert hit == expected
         assert hit_blocks.get_block_ids() == (list(range(1, 1 + expected // 16)),)

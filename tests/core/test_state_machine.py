@@ -85,7 +85,7 @@ class Driver:
         table = mgr.get_block_ids(rid)[0]
         hits = []
         if first:
-            blocks, hit = mgr.get_computed_blocks(req)
+            blocks, hit, _ = mgr.get_computed_blocks(req)
             assert self.snapshot() == before, "get_computed_blocks changed state"
             hits = blocks.blocks[0]
             assert hit == len(hits) * self.bs and hit <= (req.num_tokens - 1) // self.bs * self.bs

@@ -6,12 +6,14 @@ test-output/ (gitignored).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,31 +40,36 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def px_app_url():
-    """The app under `streamlit run`, started once per test session."""
+def streamlit_command(port: int) -> list[str]:
+    """`streamlit run app.py` as the tests and scripts/bench_ui.py start it (on loopback)."""
+    return [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        "app.py",
+        "--server.headless",
+        "true",
+        "--server.fileWatcherType",
+        "none",
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.address",
+        "127.0.0.1",
+        "--server.port",
+        str(port),
+    ]
+
+
+@contextlib.contextmanager
+def serve_app(log_name: str = "e2e-streamlit.log") -> Iterator[str]:
+    """The app under `streamlit run` on a free loopback port, until the block ends; yields its URL."""
     port = _free_port()
     log = REPO / "test-output"
     log.mkdir(exist_ok=True)
-    out = open(log / "e2e-streamlit.log", "wb")  # noqa: SIM115 (lives as long as the child process)
+    out = open(log / log_name, "wb")  # noqa: SIM115 (lives as long as the child process)
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streamlit",
-            "run",
-            "app.py",
-            "--server.headless",
-            "true",
-            "--server.fileWatcherType",
-            "none",
-            "--browser.gatherUsageStats",
-            "false",
-            "--server.address",
-            "127.0.0.1",
-            "--server.port",
-            str(port),
-        ],
+        streamlit_command(port),
         cwd=REPO,
         env={**os.environ, "PYTHONMALLOC": "malloc"},  # as `make run` starts it (explorer/ui/budget.py)
         stdout=out,
@@ -79,7 +86,7 @@ def px_app_url():
             except OSError:
                 pass
             if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"streamlit did not come up (see {log / 'e2e-streamlit.log'})")
+                raise RuntimeError(f"streamlit did not come up (see {log / log_name})")
             time.sleep(0.5)
         yield url
     finally:
@@ -89,6 +96,13 @@ def px_app_url():
         except subprocess.TimeoutExpired:
             proc.kill()
         out.close()
+
+
+@pytest.fixture(scope="session")
+def px_app_url():
+    """The app under `streamlit run`, started once per test session."""
+    with serve_app() as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -61,6 +61,25 @@ def _engine_steps_heavy() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _hybrid_heavy() -> str:
+    groups = (
+        'kv_cache_groups = [{ kind = "full_attention" }, { kind = "sliding_window", sliding_window = 64 }, '
+        '{ kind = "sliding_window", sliding_window = 16, block_size = 32 }]\nprefix_cache_retention_interval = "dense"\n'
+    )
+    steps = [
+        {"op": "arrive", "id": f"H{i}", "prompt": f"0:600, {i * 5_000 + 10_000}:{i * 5_000 + 10_400}"}
+        for i in range(20)
+    ]
+    for i in range(0, 20, 2):
+        steps.append({"op": "admit", "id": f"H{i}"})
+    return _toml({"block_size": 16, "num_blocks": 2_000}, steps).replace("[engine]\n", "[engine]\n" + groups, 1)
+
+
+def test_the_estimate_covers_a_hybrid_replay():
+    held, est = _measured(_hybrid_heavy())
+    assert held <= est, (held, est)
+
+
 def test_the_estimate_covers_an_engine_step_replay():
     held, est = _measured(_engine_steps_heavy())
     assert held <= est, (held, est)

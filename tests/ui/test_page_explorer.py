@@ -423,11 +423,15 @@ def test_edits_that_do_not_replay_from_a_link_stop_the_replay_there():
 def test_presenter_mode_hides_the_sidebar_and_enlarges():
     at = explorer(query={"presenter": "1", "step": "6"})
     style = next(h.value for h in at.html if h.value.startswith("<style>"))
-    assert 'section[data-testid="stSidebar"]' in style and "font-size: 24px" in style
+    assert 'section[data-testid="stSidebar"]' in style and "html { font-size: clamp(" in style
+    assert at.button(key="px_b_leave_presenter").label == "Full page"  # in the control bar
+    html = all_html(at)
+    for box in ("metrics", "changed", "free"):
+        assert f'data-px-pres="{box}"' in html
     at.button(key="px_b_leave_presenter").click().run()
     assert not view(at).presenter
     style = next(h.value for h in at.html if h.value.startswith("<style>"))
-    assert "stSidebar" not in style
+    assert "stSidebar" not in style and 'data-px-pres="metrics"' not in all_html(at)
 
 
 def test_edge_cases_scenario_renders_every_step():
@@ -489,3 +493,20 @@ def test_every_lesson_renders_every_step(name):
         no_exception(at)
         assert f"Step {k} of {n}" in now_text(at)
         assert not errors(at), (k, errors(at))
+
+
+def test_a_link_from_another_page_opens_its_lesson_once():
+    """The Lessons page's link (a one-time ``open`` token) opens its lesson in a session that
+    already shows another; the same URL reported again later (stale) does not move the view."""
+    at = explorer(query={"lesson": "00_two_chat_turns", "step": "5"})
+    assert view(at).lesson == "00_two_chat_turns" and view(at).step == 5
+    at.query_params.clear()
+    at.query_params.update({"lesson": "03_lookup_cap", "scenario": "03_lookup_cap", "open": "t1"})
+    at.run()
+    assert view(at).lesson == "03_lookup_cap" and view(at).step == 0
+    at.button(key="px_b_next").click().run()  # the browser may still report the link's URL
+    assert view(at).lesson == "03_lookup_cap" and view(at).step == 1
+    at.query_params.clear()
+    at.query_params.update({"lesson": "00_two_chat_turns", "step": "9"})  # no token: the view's own URL wins
+    at.run()
+    assert view(at).lesson == "03_lookup_cap" and view(at).step == 1

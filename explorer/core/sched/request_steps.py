@@ -51,13 +51,17 @@ class RequestSteps:
         # How a request's blocks go back: the manager's free, or the scheduler's, which defers
         # it while a step in flight may still write them (a KV connector, connector_path.py).
         self.free_blocks: Callable[[Request], None] = kv_cache_manager.free
+        # With hybrid groups: (request id, new block ids per group or None) per allocate().
+        self.admissions: list[tuple[str, tuple[list[int], ...] | None]] = []
 
     def lookup(self, request: Request) -> tuple[KVCacheBlocks | None, int]:
         """The local hit of a request that computes from token 0 (empty when it may not read
-        the cache); none for a later chunk, which only continues."""
+        the cache); none for a later chunk, which only continues. The request keeps the
+        lookup's ``shared_prefix_boundary``, as the scheduler stores it (scheduler.py:930-937)."""
         if request.num_computed_tokens > 0:
             return None, 0
-        return self.kv_cache_manager.get_computed_blocks(request)
+        blocks, hit, request.shared_prefix_boundary = self.kv_cache_manager.get_computed_blocks(request)
+        return blocks, hit
 
     def allocate(
         self,
@@ -90,7 +94,15 @@ class RequestSteps:
         )
         if new_blocks is not None and did_lookup:
             mgr.record_prefix_cache_stats(request, num_new_computed_tokens)
+        if mgr.hybrid:
+            self.admissions.append((request.request_id, None if new_blocks is None else new_blocks.get_block_ids()))
         return new_blocks
+
+    def take_admissions(self) -> list[tuple[str, tuple[list[int], ...] | None]]:
+        """The admissions allocated since the last call (hybrid groups only): each request's
+        new block ids per group, None where allocate_slots found no room."""
+        out, self.admissions = self.admissions, []
+        return out
 
     def admit(self, request: Request, max_new_tokens: int | None = None) -> Admitted:
         """Lookup (first chunk only) and allocate_slots for the rest of the prompt, or for at

@@ -96,7 +96,8 @@ def lookup_panel(trace: Trace, k: int) -> Panel | None:
     if lk is None:
         return None
     rid = step.op.id
-    bs = trace.scenario.engine.block_size
+    groups = trace.scenario.groups  # hybrid: the walk drawn is group 0's own (design section 8)
+    bs = trace.scenario.engine.block_size if groups is None else groups.groups[0].block_size
     refs = (REFS["get_computed_blocks"], REFS["hit_cap"], REFS["find_longest_cache_hit"])
     if lk.skipped:
         return Panel(
@@ -123,11 +124,11 @@ def lookup_panel(trace: Trace, k: int) -> Panel | None:
     elif missed:
         s.append(
             f"Blocks 0-{hits - 1} hit and block {hits} missed; every later hash chains through the missing one, so the walk stops at the first miss: "
-            f"hit = {lk.hit_tokens // bs} x {bs} = {lk.hit_tokens:,} tokens."
+            f"hit = {hits} x {bs} = {hits * bs:,} tokens."
         )
     else:
         s.append(
-            f"{('Both blocks' if hits == 2 else 'All ' + blocks_text(hits)) if hits > 1 else 'The one block'} it may look at hit, so the walk ends at the cap: hit = {lk.hit_tokens // bs} x {bs} = {lk.hit_tokens:,} tokens"
+            f"{('Both blocks' if hits == 2 else 'All ' + blocks_text(hits)) if hits > 1 else 'The one block'} it may look at hit, so the walk ends at the cap: hit = {hits} x {bs} = {hits * bs:,} tokens"
             + (
                 f"; the other {counted(lk.num_tokens - lk.hit_tokens, 'token')} are computed even if more of them are cached."
                 if lk.num_tokens - lk.hit_tokens > 0
@@ -135,6 +136,13 @@ def lookup_panel(trace: Trace, k: int) -> Panel | None:
             )
         )
     for index, block_id in step.eagle_dropped:  # speculative decoding (design section 9)
-        s.append(f"EAGLE dropped the last matching block (block {index}, #{block_id}) from the hit.")
+        s.append(
+            f"EAGLE dropped the last matching block (block {index}, #{block_id}) from the hit: "
+            f"{lk.hit_tokens:,} tokens."
+        )
+    if groups is not None:
+        s.append(
+            f"That is group 0's walk; the hit all {len(groups.groups)} KV cache groups agree on is {lk.hit_tokens:,} tokens (the KV cache groups panel)."
+        )
     s.append("The lookup only reads the hash map: no ref_cnt changes until allocate_slots succeeds.")
     return Panel("lookup", 2, PANEL_TITLES["lookup"], refs, tuple(s), f"hit {lk.hit_tokens:,}")

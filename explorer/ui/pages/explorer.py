@@ -15,14 +15,10 @@ explorer_panels (what it draws for a step).
 
 from __future__ import annotations
 
-from urllib.parse import urlencode
-
 import streamlit as st
 
 from explorer.errors import BadInput
 from explorer.scenario.spec import Scenario
-from explorer.ui.explorer_callbacks import on_block_click, on_presenter
-from explorer.ui.explorer_panels import click_component, now_box, phase_panels, state_views
 from explorer.ui.explorer_session import (
     K_ERRORS,
     K_NOTICE,
@@ -35,34 +31,10 @@ from explorer.ui.explorer_session import (
     set_view,
 )
 from explorer.ui.explorer_sidebar import sidebar
-from explorer.ui.explorer_stepper import autoplay, stepper
-from explorer.ui.history import changed_blocks
-from explorer.ui.state import DEFAULT_LESSON, Replayed, ViewState, to_query
+from explorer.ui.explorer_stage import draw_stage
+from explorer.ui.state import DEFAULT_LESSON, Replayed, ViewState
 from explorer.ui.style import page_css
-from explorer.ui.text import caption, error, esc, toast
-
-
-def _share_link(view: ViewState) -> None:
-    q, warnings = to_query(view)
-    for w in warnings:
-        caption(w)
-    try:
-        base = (st.context.url or "").split("?")[0]
-    except Exception:
-        base = ""
-    with st.sidebar.expander("Share this view", key="px_x_share"):
-        st.code(f"{base}?{urlencode(q)}", language=None, wrap_lines=True)
-        st.caption("The link holds the scenario, settings, playground steps, the step and presenter mode.")
-
-
-def _sync_url(view: ViewState) -> None:
-    q, _ = to_query(view)
-    try:
-        current = {k: st.query_params.get(k) for k in st.query_params}
-        if current != q:
-            st.query_params.from_dict(q)
-    except Exception:
-        pass
+from explorer.ui.text import error, esc, toast
 
 
 def render() -> None:
@@ -112,16 +84,6 @@ def render() -> None:
         return
     trace = rep.trace
 
-    n = len(trace.steps)
-    ss["px_n_steps"] = n
-    if view.step > n or view.step < 0:
-        view = view.with_(step=max(0, min(n, view.step)))
-        set_view(view)
-    if view.block is not None and not 0 <= view.block < len(trace.initial.blocks):
-        view = view.with_(block=None)
-        set_view(view)
-    k = view.step
-
     title = sc.title if sc else ""
     eng = trace.scenario.engine
     seed = (
@@ -135,29 +97,7 @@ def render() -> None:
     )
     if rep.error:
         error(f"The replay stopped: {rep.error}. The steps before it are shown.")
-    if view.presenter:
-        st.button(
-            "Leave presenter mode",
-            icon=":material/close_fullscreen:",
-            on_click=on_presenter,
-            kwargs={"value": False},
-            key="px_b_leave_presenter",
-            type="tertiary",
-        )
-
-    stepper(view, n, view.presenter)
-    changed = changed_blocks(trace, k)
-    selected = view.block
-    base_ops = len(base.ops) if base is not None else n
-    now_box(trace, k, base_ops)
-    phase_panels(trace, k, changed, selected)
-    state_views(trace, k, changed, selected)
-
-    if not view.presenter:
-        _share_link(current_view())
-    click_component()(key="px_click", on_block_change=on_block_click)
-    autoplay(n)
-    _sync_url(current_view())
+    draw_stage(view.presenter)
 
 
 # Streamlit runs a page file as __main__; importing it (a test calling render()) draws nothing.

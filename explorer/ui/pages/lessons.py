@@ -12,6 +12,7 @@ import streamlit as st
 from explorer.errors import BadInput
 from explorer.scenario.parse import load_scenario
 from explorer.ui import bound
+from explorer.ui.explorer_session import open_link_params
 from explorer.ui.lesson_files import ENGINE_STEPS, MANAGER_OPS, LessonFile, list_lessons
 from explorer.ui.text import error, esc
 
@@ -103,7 +104,7 @@ def render() -> None:
         EXPLORER_PAGE,
         label="Open this lesson in the explorer",
         icon=":material/play_circle:",
-        query_params={"lesson": lesson.stem, "scenario": lesson.stem},
+        query_params=open_link_params(lesson=lesson.stem, scenario=lesson.stem),
     )
     st.html(
         f'<div class="px-lesson-kind" data-px-lesson-kind="{esc(lesson.kind)}">Kind: <b>{esc(lesson.kind)}</b>. '

@@ -25,6 +25,7 @@ from explorer.traffic.results import UI_MAX_NUM_BLOCKS
 from explorer.traffic.scheduled import MAX_BATCHED_TOKENS, SCHEDULERS
 from explorer.traffic.sweep import POLICIES, SEQUENTIAL, UI_MAX_BLOCKS_HASHED, parse_sizes
 from explorer.traffic.trace import UI_MAX_TRACE_BYTES, parse_trace_bytes, shipped_trace_path
+from explorer.ui import kept
 from explorer.ui.replay_worker import start_worker, stop_worker
 from explorer.ui.text import caption, error, info, md
 from explorer.viz.replay import (
@@ -216,7 +217,21 @@ RULES = """
 """
 
 
+KEPT = "replay_kept"  # the settings across a visit to another page (explorer.ui.kept)
+KEPT_KEYS = tuple(
+    f"replay_{k}" for k in ("source", "block_size", "limit", "sizes", "policies", "outputs", "scheduler", "budget")
+)
+
+
 def render() -> None:
+    kept.restore(KEPT)  # the settings of the result shown, not the defaults
+    try:
+        _render()
+    finally:
+        kept.keep(KEPT, KEPT_KEYS)
+
+
+def _render() -> None:
     st.header("Replay a trace: cache size and eviction policy")
     st.markdown(INTRO)
     with st.expander("How the replay works"):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import streamlit as st
@@ -23,10 +24,13 @@ from explorer.router.config import BASELINE, LIMITS, POLICIES, TIE_BREAKS, Fleet
 from explorer.router.failures import SWITCH_HELP, explain
 from explorer.router.fleet_file import example_fleets, parse_fleet_text
 from explorer.router.results import FleetResult
-from explorer.router.share import decode_share, encode_share
+from explorer.router.share import decode_share
 from explorer.router.simulate import ask, simulate
 from explorer.traffic.trace import UI_MAX_TRACE_BYTES
+from explorer.ui import kept
 from explorer.ui.router_controls import (
+    CONTROL_KEYS,
+    KEPT,
     UI_MAX_REQUESTS,
     W_ALGO,
     W_BS,
@@ -44,12 +48,14 @@ from explorer.ui.router_controls import (
     apply_controls,
     sync_controls,
 )
-from explorer.ui.text import error, info, md, success, warning
+from explorer.ui.router_share import share
+from explorer.ui.text import error, md, success, warning
 from explorer.viz import router as V
 
 PRESET = "router_preset"
 TOML = "router_toml"
 RESULTS = "router_results"
+FIGS = "router_figures"  # the last result's figures (key "": that result)
 URL_DONE = "router_url_loaded"
 URL_ERROR = "router_url_error"
 TRACE = "router_trace"
@@ -255,19 +261,27 @@ def _summary(result: FleetResult) -> None:
     )
 
 
+def _fig(result: FleetResult, name: str, make: Callable[[], Any]) -> Any:
+    """A figure of ``result``, built once: a visit or a rerun redraws the last result's figures."""
+    figs = _ss().get(FIGS)
+    if figs is None or figs.get("") is not result:
+        figs = _ss()[FIGS] = {"": result}
+    return figs[name] if name in figs else figs.setdefault(name, make())
+
+
 def _plots(result: FleetResult) -> None:
     c1, c2 = st.columns(2)
-    c1.plotly_chart(V.hit_rate_by_policy(result), key="router_fig_hit")
-    c2.plotly_chart(V.prefill_time(result), key="router_fig_prefill")
-    st.plotly_chart(V.cumulative_hit_rate(result), key="router_fig_cumulative")
+    c1.plotly_chart(_fig(result, "hit", lambda: V.hit_rate_by_policy(result)), key="router_fig_hit")
+    c2.plotly_chart(_fig(result, "prefill", lambda: V.prefill_time(result)), key="router_fig_prefill")
+    st.plotly_chart(_fig(result, "cum", lambda: V.cumulative_hit_rate(result)), key="router_fig_cumulative")
     st.selectbox(
         "Per instance", list(V.PER_INSTANCE_METRICS), key=W_METRIC, format_func=lambda m: V.PER_INSTANCE_METRICS[m][0]
     )
     st.plotly_chart(V.per_instance(result, _ss().get(W_METRIC) or "hit_tokens"), key="router_fig_instances")
     run = result.runs["prefix"]
     c1, c2 = st.columns(2)
-    c1.plotly_chart(V.router_vs_engine(run), key="router_fig_match")
-    c2.plotly_chart(V.subscriber_view(run), key="router_fig_view")
+    c1.plotly_chart(_fig(result, "match", lambda: V.router_vs_engine(run)), key="router_fig_match")
+    c2.plotly_chart(_fig(result, "view", lambda: V.subscriber_view(run)), key="router_fig_view")
     with st.expander("Per instance, prefix-aware run (the engines' own stats)"):
         st.dataframe(
             [
@@ -327,29 +341,15 @@ def _ask(result: FleetResult) -> None:
     )
 
 
-def _share(cfg: FleetConfig) -> None:
-    with st.expander("Share this setup"):
-        try:
-            token = encode_share(cfg)
-        except BadInput as e:
-            info(str(e))
-            if "fleet" in st.query_params:
-                del st.query_params["fleet"]
-        else:
-            if st.query_params.get("fleet") != token:
-                st.query_params["fleet"] = token
-            st.caption("The page's address now carries this setup (?fleet=...); copy it from the browser.")
-            st.code(f"?fleet={token}", language=None)
-        st.download_button(
-            "Download the fleet file",
-            cfg.to_toml().encode(),
-            file_name="fleet.toml",
-            mime="application/toml",
-            key="router_download",
-        )
-
-
 def render() -> None:
+    kept.restore(KEPT)  # the controls as they were, so the last result is found, not simulated again
+    try:
+        _render()
+    finally:
+        kept.keep(KEPT, (*CONTROL_KEYS, PRESET, TOML, W_METRIC, W_ASK, W_ASK_KIND, W_ASK_TENANT))
+
+
+def _render() -> None:
     st.title("Prefix-aware routing")
     st.markdown(INTRO)
     _init()
@@ -372,7 +372,7 @@ def render() -> None:
     _summary(result)
     _plots(result)
     _ask(result)
-    _share(cfg)
+    share(cfg)
 
 
 # Streamlit runs a page file as __main__; importing it (a test calling render()) draws nothing.

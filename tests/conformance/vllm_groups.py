@@ -1,0 +1,34 @@
+"""KV cache groups for the vLLM drivers (runs in .venv-vllm; imported by vllm_driver.py and
+vllm_sched_driver.py, which run as scripts from this folder): a normalized scenario's engine
+keys -> vLLM's KVCacheGroupSpecs, hash and scheduler block sizes and retention interval."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheGroupSpec, SlidingWindowSpec
+
+
+def kv_cache_groups(eng: dict) -> tuple[list, int, int, int | None]:
+    """The KVCacheGroupSpecs of an engine, normalized or as a TOML has it (one full-attention
+    group without ``kv_cache_groups``), the hash and scheduler block sizes, and the retention."""
+    bs = int(eng["block_size"])
+    raw = eng.get("kv_cache_groups") or [{"kind": "full_attention", "block_size": bs, "sliding_window": None}]
+    groups = []
+    for i, g in enumerate(raw):
+        common = {
+            "block_size": int(g.get("block_size") or bs),
+            "num_kv_heads": 1,
+            "head_size": 1,
+            "dtype": torch.float32,
+        }
+        if g["kind"] == "sliding_window":
+            spec = SlidingWindowSpec(**common, sliding_window=int(g["sliding_window"]))
+        else:
+            spec = FullAttentionSpec(**common)
+        groups.append(KVCacheGroupSpec([f"{g['kind']}.{i}"], spec))
+    sizes = [int(g.get("block_size") or bs) for g in raw]
+    hash_bs = int(eng.get("hash_block_size") or math.gcd(*sizes)) if len(sizes) > 1 else sizes[0]
+    retention = eng.get("prefix_cache_retention_interval", 0)  # a raw TOML's "dense" is vLLM's None
+    return groups, hash_bs, math.lcm(*sizes), None if retention == "dense" else retention

@@ -1,0 +1,176 @@
+"""The explorer's stage in a real browser: presenter mode fits one step on one 16:9 screen with
+every control label whole, the control bar never cuts a label from 1024 to 1920 px, Next keeps
+the stage where it is, and the Router and Trace replay pages keep their last result (and their
+settings) across a visit to another page."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.e2e.conftest import shot, wait_idle
+
+pytestmark = pytest.mark.e2e
+
+LESSON = "00_two_chat_turns"
+CONTROLS = ".st-key-px_controls"
+# Each control bar button: (its label's overflow, its own box's) and its text.
+BUTTONS_JS = """() => Array.from(document.querySelectorAll('.st-key-px_controls button')).map(b => {
+  const label = b.querySelector('[data-testid="stMarkdownContainer"]') || b;
+  return {text: b.innerText.trim(), sw: b.scrollWidth, cw: b.clientWidth, lsw: label.scrollWidth, lcw: label.clientWidth};
+})"""
+BOX_JS = """s => { const e = document.querySelector(s); if (!e) return null;
+  const r = e.getBoundingClientRect(); return {top: r.top, bottom: r.bottom, height: r.height}; }"""
+
+
+def _open(page, url: str) -> None:
+    page.goto(url)
+    page.locator(".px-now").first.wait_for(timeout=90_000)
+    wait_idle(page)
+
+
+def _now_step(page) -> str:
+    return page.locator(".px-now").first.get_attribute("data-px-now")
+
+
+def _next(page, to: int) -> None:
+    page.locator(".st-key-px_b_next button").first.click()
+    expect(page.locator(".px-now").first).to_have_attribute("data-px-now", str(to), timeout=90_000)
+    wait_idle(page)
+
+
+def _assert_labels_whole(page) -> list[str]:
+    buttons = page.evaluate(BUTTONS_JS)
+    assert buttons, "no control bar buttons"
+    for b in buttons:
+        assert b["sw"] <= b["cw"] + 1 and b["lsw"] <= b["lcw"] + 1, f"a cut control label: {b}"
+    texts = [b["text"] for b in buttons]
+    assert any(t.startswith("Next") for t in texts), texts
+    return texts
+
+
+@pytest.mark.parametrize("size", [(1280, 720), (1920, 1080)], ids=["1280x720", "1920x1080"])
+def test_presenter_fits_one_step_on_one_screen(px_browser, px_app_url, size):
+    w, h = size
+    ctx = px_browser.new_context(viewport={"width": w, "height": h})
+    ctx.set_default_timeout(90_000)
+    try:
+        page = ctx.new_page()
+        _open(page, f"{px_app_url}/?lesson={LESSON}&step=6&presenter=1")
+        expect(page.get_by_test_id("stSidebar")).to_be_hidden()
+        texts = _assert_labels_whole(page)
+        assert "Full page" in " ".join(texts)  # the full page is one click away
+        stage = page.evaluate(BOX_JS, ".st-key-px_stage")
+        assert stage["bottom"] <= h + 1, f"the stage runs past the screen: {stage} at {size}"
+        for sel in (
+            ".px-now",
+            "[data-px-panel]",
+            '[data-px-pres="metrics"]',
+            '[data-px-pres="changed"]',
+            '[data-px-pres="free"]',
+        ):
+            box = page.evaluate(BOX_JS, sel)
+            assert box is not None and box["height"] > 0 and box["top"] < h - 20, f"{sel} is not on the screen: {box}"
+        # readable from the back of a room: the step's headline and the block chips grow with the screen
+        head = page.locator(".px-now .px-headline").evaluate("e => parseFloat(getComputedStyle(e).fontSize)")
+        chip = page.locator('[data-px-pres="changed"] .px-blk').first.evaluate(
+            "e => parseFloat(getComputedStyle(e).fontSize)"
+        )
+        assert head >= 0.03 * h and chip >= 0.019 * h, (head, chip)
+        assert page.locator('[data-px-pres="changed"]').get_attribute("data-px-changed") == "34"
+        shot(page, f"presenter-{w}x{h}")
+        page.locator(".st-key-px_b_leave_presenter button").first.click()
+        expect(page.get_by_test_id("stSidebar")).to_be_visible(timeout=90_000)
+        wait_idle(page)
+        assert "presenter" not in page.url
+    finally:
+        ctx.close()
+
+
+@pytest.mark.parametrize("width", [1024, 1280, 1600, 1920])
+def test_the_control_bar_never_cuts_a_label(px_browser, px_app_url, width):
+    ctx = px_browser.new_context(viewport={"width": width, "height": 900})
+    ctx.set_default_timeout(90_000)
+    try:
+        page = ctx.new_page()
+        for presenter in ("", "&presenter=1"):
+            _open(page, f"{px_app_url}/?lesson={LESSON}&step=3{presenter}")
+            texts = _assert_labels_whole(page)
+            assert "Next" in [t.split()[0] for t in texts if t]
+        # no Deploy button and no developer menu (client.toolbarMode = "minimal")
+        _open(page, f"{px_app_url}/?lesson={LESSON}&step=3")
+        assert page.get_by_test_id("stAppDeployButton").count() == 0
+        assert page.get_by_text("Deploy", exact=True).count() == 0
+    finally:
+        ctx.close()
+
+
+@pytest.mark.parametrize("presenter", [True, False], ids=["presenter", "full-page"])
+def test_next_keeps_the_stage_in_place(px_browser, px_app_url, presenter):
+    ctx = px_browser.new_context(viewport={"width": 1280, "height": 720})
+    ctx.set_default_timeout(90_000)
+    try:
+        page = ctx.new_page()
+        _open(page, f"{px_app_url}/?lesson={LESSON}&step=4" + ("&presenter=1" if presenter else ""))
+        if not presenter:  # the stage's top in mid screen: anything above it changing height would move it
+            page.locator(CONTROLS).scroll_into_view_if_needed()
+            page.mouse.wheel(0, 120)
+            page.wait_for_timeout(300)
+        tops = [page.evaluate(BOX_JS, CONTROLS)["top"]]
+        for k in (5, 6, 7):
+            _next(page, k)
+            tops.append(page.evaluate(BOX_JS, CONTROLS)["top"])
+        assert max(tops) - min(tops) <= 1, f"the stage moved: {tops}"
+    finally:
+        ctx.close()
+
+
+def _nav(page, label: str) -> None:
+    page.get_by_test_id("stSidebarNav").get_by_role("link", name=label, exact=True).click()
+
+
+def test_router_keeps_its_last_result_and_settings(px_page, px_app_url):
+    page = px_page
+    page.goto(f"{px_app_url}/router")
+    page.locator(".st-key-router_fig_hit").wait_for(timeout=180_000)
+    wait_idle(page)
+    box = page.get_by_role("spinbutton", name="Requests")
+    box.fill("150")
+    box.press("Enter")
+    done = page.get_by_text("150 requests (", exact=False)
+    expect(done.first).to_be_visible(timeout=180_000)
+    wait_idle(page)
+    caption = done.first.inner_text()
+    assert "simulated in" in caption
+    _nav(page, "Explorer")
+    page.locator(".px-now").first.wait_for()
+    wait_idle(page)
+    _nav(page, "Router")
+    expect(page.get_by_role("spinbutton", name="Requests")).to_have_value("150", timeout=90_000)
+    page.locator(".st-key-router_fig_hit").wait_for()
+    wait_idle(page)
+    # the same result object: its own simulation time is shown unchanged (a new run measures anew)
+    assert page.get_by_text("150 requests (", exact=False).first.inner_text() == caption
+
+
+def test_trace_replay_keeps_its_last_result_and_settings(px_page, px_app_url):
+    page = px_page
+    page.goto(f"{px_app_url}/replay")
+    page.get_by_role("button", name="Run replay").wait_for(timeout=90_000)
+    wait_idle(page)
+    box = page.get_by_role("spinbutton", name="Requests to replay (0 = all)")
+    box.fill("200")
+    box.press("Enter")
+    wait_idle(page)
+    page.get_by_role("button", name="Run replay").click()
+    page.locator(".st-key-replay_fig_size").wait_for(timeout=180_000)
+    wait_idle(page)
+    summary = page.get_by_text("200 requests,", exact=False).first.inner_text()
+    _nav(page, "Lessons")
+    page.get_by_role("heading", name="Lessons").wait_for()
+    wait_idle(page)
+    _nav(page, "Trace replay")
+    page.locator(".st-key-replay_fig_size").wait_for(timeout=90_000)
+    wait_idle(page)
+    expect(page.get_by_role("spinbutton", name="Requests to replay (0 = all)")).to_have_value("200")
+    assert page.get_by_text("200 requests,", exact=False).first.inner_text() == summary
