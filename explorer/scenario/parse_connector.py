@@ -101,6 +101,18 @@ def parse_connector(fail: Fail, raw_engine: Any, engine_steps: bool) -> Connecto
     return ConnectorSpec(kind, "async", policy, cpu_blocks)
 
 
+def check_offloading_alone(fail: Fail, kv: ConnectorSpec | None, groups: object, speculative: object) -> None:
+    """The offloading connector is modelled for one full-attention group without drafts:
+    hybrid groups or speculative decoding with it are refused (vLLM's connector handles them
+    with sliding-window chunks and EAGLE's volatile tail, not modelled here)."""
+    if kv is None or kv.kind != "offloading":
+        return
+    if groups is not None:
+        raise fail("engine.kv_connector", 'kind = "offloading" with kv_cache_groups is not modelled (one group only)')
+    if speculative is not None:
+        raise fail("engine.kv_connector", 'kind = "offloading" with speculative decoding is not modelled')
+
+
 def parse_external(
     fail: Fail,
     label: str,

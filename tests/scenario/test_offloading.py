@@ -208,3 +208,20 @@ def test_the_snapshot_budget_counts_the_cpu_tier():
         "s.toml",
     )
     assert with_tier - snapshot_cells(static, record=True) == 4 * 4
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            'kv_cache_groups = [{ kind = "full_attention" }, { kind = "sliding_window", sliding_window = 32 }]',
+            "with kv_cache_groups is not modelled",
+        ),
+        ('speculative = { method = "eagle", num_speculative_tokens = 3 }', "with speculative decoding is not modelled"),
+    ],
+)
+def test_offloading_with_hybrid_groups_or_drafts_is_bad_input(extra: str, message: str):
+    text = HEAD.format(cpu=4, blocks=16, sched="sync", caching="true") + extra + "\n" + arrive("A", "0:40") + steps(1)
+    with pytest.raises(BadInput) as info:
+        parse_scenario_text(text, "bad.toml")
+    assert message in str(info.value) and "\n" not in str(info.value)
