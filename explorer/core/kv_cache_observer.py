@@ -176,6 +176,21 @@ class KVCacheObserver:
         """A load reported invalid blocks: the request keeps ``num_valid_tokens``; under ``fail``
         the hashes of ``evicted_block_ids`` were dropped (one BlockRemoved each)."""
 
+    # ---- the offloading connector's CPU tier (core/sched/kv_connector/offloading.py) ------------
+
+    def on_cpu_store(
+        self, request_id: str, hashes: tuple[bytes, ...], evicted: tuple[bytes, ...], refused: bool
+    ) -> None:
+        """A store job for these block hashes went to the CPU tier, which evicted ``evicted``
+        (least recently used first) to make room; ``refused``: too few chunks could be evicted,
+        nothing was stored (the request tries again at its next step)."""
+
+    def on_cpu_load(self, request_id: str, hashes: tuple[bytes, ...], block_ids: tuple[int, ...]) -> None:
+        """A load job: these chunks of the CPU tier go into these GPU blocks."""
+
+    def on_cpu_jobs_done(self, stored: tuple[bytes, ...], loaded: tuple[bytes, ...]) -> None:
+        """The worker's report: these chunks are now written (ready), these loads are done."""
+
     # ---- speculative decoding (core/sched/spec_decode.py) ----------------------------------------
 
     def on_drafts_proposed(self, request_id: str, num_drafts: int) -> None:

@@ -103,8 +103,14 @@ def snapshot_cells(scenario: Scenario, record: bool, upto: int | None = None) ->
     sp = scenario.speculative
     extra = 1 + (0 if sp is None else _cdiv(2 * sp.num_speculative_tokens + 1, bs))
     cells = pool  # the initial snapshot
+    # The offloading connector's CPU tier (design section 10): at most cpu_blocks chunks, and no
+    # more than the full prompt blocks that have arrived.
+    cpu_cap = scenario.connector.cpu_blocks if scenario.connector is not None else 0
+    cpu_chunks = 0
     for op in ops:
         rid = op.id or ""
+        if op.op == "arrive" and cpu_cap:
+            cpu_chunks = min(cpu_cap, cpu_chunks + len(op.prompt) // bs)
         before = live.get(rid)
         if op.op == "arrive":
             after: int | None = len(op.prompt)
@@ -121,9 +127,9 @@ def snapshot_cells(scenario: Scenario, record: bool, upto: int | None = None) ->
             else:
                 live[rid] = after
         if record or op.expect:
-            cells += pool + live_blocks * num_groups + extra * len(live)
+            cells += pool + live_blocks * num_groups + extra * len(live) + cpu_chunks
     if not record:
-        cells += pool + live_blocks * num_groups + extra * len(live)  # the final state
+        cells += pool + live_blocks * num_groups + extra * len(live) + cpu_chunks  # the final state
     return cells
 
 
@@ -148,6 +154,6 @@ def check_replay_budget(scenario: Scenario, limits: Limits, record: bool, upto: 
     hint = " (`run --json` keeps only the final state)" if record else ""
     raise BadInput(
         f"{scenario.source}: replaying {steps:,} steps on {scenario.engine.num_blocks:,} blocks with {what} "
-        f"would hold {cells:,} block entries (the pool's and the live requests'), more than the limit "
+        f"would hold {cells:,} block entries (the pool's, the live requests' and a CPU tier's), more than the limit "
         f"{cap:,}{hint}"
     )

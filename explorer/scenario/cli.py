@@ -147,6 +147,10 @@ def render_text(trace: Trace) -> str:
         f"stats: {counted(st['requests'], 'request')}, {counted(st['queries'], 'query token')}, "
         f"{counted(st['hits'], 'hit token')} ({rate:.1%})"
     )
+    tier = trace.final.cpu_tier
+    if tier is not None:  # the offloading connector's CPU tier (design section 10)
+        shown = ", ".join(h.hex()[:8] for h, _, _ in tier) or "empty"
+        lines.append(f"cpu tier ({counted(len(tier), 'chunk')}, least recently used first): {shown}")
     return "\n".join(lines)
 
 

@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 from explorer.core.sched.kv_connector.base import ConnectorWorker, KVConnectorBase, KVTransferConfig
+from explorer.core.sched.kv_connector.offloading import OffloadingConnector, OffloadingWorker
 from explorer.core.sched.kv_connector.static import Held, StaticConnector, StaticWorker
 from explorer.scenario.parse_connector import ConnectorSpec, ExternalSpec
+from explorer.scenario.spec import EngineConfig
 
 
-def make_connector(spec: ConnectorSpec | None) -> tuple[KVConnectorBase | None, ConnectorWorker | None]:
+def make_connector(
+    spec: ConnectorSpec | None, cfg: EngineConfig
+) -> tuple[KVConnectorBase | None, ConnectorWorker | None]:
     """The scheduler side and the played worker side of ``engine.kv_connector`` (kv_both)."""
     if spec is None:
         return None, None
     config = KVTransferConfig("kv_both", spec.failure_policy)
     if spec.kind == "static":
         return StaticConnector(config), StaticWorker()
-    raise NotImplementedError(spec.kind)
+    assert spec.kind == "offloading", spec.kind
+    connector = OffloadingConnector(
+        config, spec.cpu_blocks, cfg.block_size, cfg.enable_prefix_caching, cfg.events, cfg.int_block_hashes
+    )
+    return connector, OffloadingWorker()
 
 
 def held(ext: ExternalSpec | None) -> Held:

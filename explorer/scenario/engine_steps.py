@@ -21,6 +21,7 @@ from explorer.core.metrics import CachingMetrics, PrefixCacheStats
 from explorer.core.request import EngineCoreEventType, LoRARequest, Request
 from explorer.core.sched.config import SchedulerConfig
 from explorer.core.sched.engine_core import EngineStep, make_engine_core
+from explorer.core.sched.kv_connector.offloading import OffloadingConnector
 from explorer.core.sched.kv_connector.static import StaticConnector
 from explorer.core.sched.output import EngineCoreOutputs, KVEventCollector
 from explorer.scenario.connector import held, make_connector
@@ -72,6 +73,19 @@ class SchedRecorder(StepRecorder):
     def on_kv_load_failed(self, request_id: str, num_valid_tokens: int, evicted_block_ids: tuple[int, ...]) -> None:
         report = ConnectorReport("failed", request_id, num_tokens=num_valid_tokens, evicted=evicted_block_ids)
         self.connector.append(report)
+
+    def on_cpu_store(
+        self, request_id: str, hashes: tuple[bytes, ...], evicted: tuple[bytes, ...], refused: bool
+    ) -> None:
+        self.connector.append(
+            ConnectorReport("cpu_store", request_id, hashes=hashes, cpu_evicted=evicted, failed=refused)
+        )
+
+    def on_cpu_load(self, request_id: str, hashes: tuple[bytes, ...], block_ids: tuple[int, ...]) -> None:
+        self.connector.append(ConnectorReport("cpu_load", request_id, hashes=hashes, block_ids=block_ids))
+
+    def on_cpu_jobs_done(self, stored: tuple[bytes, ...], loaded: tuple[bytes, ...]) -> None:
+        self.connector.append(ConnectorReport("cpu_done", "", hashes=stored, cpu_loaded=loaded))
 
 
 class ExportedTotals:
@@ -131,7 +145,7 @@ class EngineStepReplay:
             scenario.speculative,
         )
         self.publisher = KVEventCollector()
-        self.connector, worker = make_connector(scenario.connector)
+        self.connector, worker = make_connector(scenario.connector, cfg)
         self.engine_core = make_engine_core(self.manager, config, self.publisher, self.connector, worker)
         self.external_totals = PrefixCacheStats()  # the connector's, summed likewise
         self._snapshots = Snapshots(self.manager, GROUP_0, groups is not None)
@@ -141,6 +155,7 @@ class EngineStepReplay:
         self.window = CachingMetrics()
         self.exported = ExportedTotals()
         self.reset_ok: list[bool] = []
+        self._cpu_tier: tuple[tuple[bytes, int, int], ...] | None = None
 
     # ---- one op ----------------------------------------------------------------------------
 
@@ -254,7 +269,13 @@ class EngineStepReplay:
         return {**totals.as_dict(), **{f"external_{k}": v for k, v in ext.as_dict().items()}}
 
     def snapshot(self) -> Snapshot:
-        return self._snapshots.take(self.scheduler.requests.values(), self.stats_so_far(), self.window)
+        cpu_tier = None
+        if isinstance(self.connector, OffloadingConnector):
+            cpu_tier = tuple((c.key, c.chunk_id, c.ref_cnt) for c in self.connector.cpu_tier())
+            if cpu_tier == self._cpu_tier:  # unchanged: the snapshots share one tuple
+                cpu_tier = self._cpu_tier
+            self._cpu_tier = cpu_tier
+        return self._snapshots.take(self.scheduler.requests.values(), self.stats_so_far(), self.window, cpu_tier)
 
     def trace(self, initial: Snapshot, steps: list[Step]) -> Trace:
         ctx = self.ctx

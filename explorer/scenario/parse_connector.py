@@ -1,7 +1,7 @@
 """The KV connector keys of an engine-step scenario (design section 10).
 
 ``[engine] kv_connector = { kind = "static", load = "async", failure_policy = "fail" }`` (or
-``kind = "offloading", cpu_blocks = N``), and on `arrive` (``static`` only) ``external_tokens``,
+``kind = "offloading", cpu_blocks = N``: required, 1 to MAX_CPU_BLOCKS), and on `arrive` (``static`` only) ``external_tokens``,
 ``external_load``, ``load_steps`` and ``invalid_external_blocks``. Everything vLLM would refuse
 or raise on is bad input here, before the replay: a connector in a manager-level scenario,
 ``external_tokens`` beyond the prompt, a sync load covering the whole prompt (vLLM asserts),
@@ -94,9 +94,23 @@ def parse_connector(fail: Fail, raw_engine: Any, engine_steps: bool) -> Connecto
     policy = _choice(fail, f"{where}.failure_policy", raw.get("failure_policy", "fail"), POLICIES)
     if kind == "static":
         return ConnectorSpec(kind, _choice(fail, f"{where}.load", raw.get("load", "async"), LOADS), policy)
-    # vLLM's OffloadingConnector (scheduler side, CPU manager, LRU) is not modelled yet.
-    _count(fail, f"{where}.cpu_blocks", raw.get("cpu_blocks"), 1, MAX_CPU_BLOCKS)
-    raise fail(f"{where}.kind", 'kind = "offloading" is not modelled yet (use "static")')
+    # vLLM's OffloadingConnector: it loads asynchronously whatever its CPU tier holds.
+    if "cpu_blocks" not in raw:
+        raise fail(f"{where}.cpu_blocks", 'kind = "offloading" needs cpu_blocks = N (the CPU tier\'s size in blocks)')
+    cpu_blocks = _count(fail, f"{where}.cpu_blocks", raw["cpu_blocks"], 1, MAX_CPU_BLOCKS)
+    return ConnectorSpec(kind, "async", policy, cpu_blocks)
+
+
+def check_offloading_alone(fail: Fail, kv: ConnectorSpec | None, groups: object, speculative: object) -> None:
+    """The offloading connector is modelled for one full-attention group without drafts:
+    hybrid groups or speculative decoding with it are refused (vLLM's connector handles them
+    with sliding-window chunks and EAGLE's volatile tail, not modelled here)."""
+    if kv is None or kv.kind != "offloading":
+        return
+    if groups is not None:
+        raise fail("engine.kv_connector", 'kind = "offloading" with kv_cache_groups is not modelled (one group only)')
+    if speculative is not None:
+        raise fail("engine.kv_connector", 'kind = "offloading" with speculative decoding is not modelled')
 
 
 def parse_external(

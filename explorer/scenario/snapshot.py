@@ -44,7 +44,13 @@ class Snapshots:
         self._views: dict[str, tuple[Request, RequestView]] = {}
         self._requests: tuple[RequestView, ...] | None = None
 
-    def take(self, requests: Iterable[Request], stats: Mapping[str, int], window: CachingMetrics) -> Snapshot:
+    def take(
+        self,
+        requests: Iterable[Request],
+        stats: Mapping[str, int],
+        window: CachingMetrics,
+        cpu_tier: tuple[tuple[bytes, int, int], ...] | None = None,
+    ) -> Snapshot:
         pool = self.manager.block_pool
         return Snapshot(
             blocks=self._take_blocks(pool.blocks),
@@ -54,6 +60,7 @@ class Snapshots:
             stats=stats,
             window_hit_rate=window.hit_rate,
             window_requests=window.aggregated_requests,
+            cpu_tier=cpu_tier,
             cached_by_group=self._cached_by_group,
         )
 

@@ -130,6 +130,9 @@ class Snapshot:
     window_requests: int
     # with hybrid groups: (group id, hash, block ids) for every group; `cached` is group 0's
     cached_by_group: tuple[tuple[int, bytes, tuple[int, ...]], ...] = ()
+    # With the offloading connector: its CPU tier, least recently used first, as
+    # (block hash, CPU chunk id, ref_cnt: -1 while being written, else the loads reading it).
+    cpu_tier: tuple[tuple[bytes, int, int], ...] | None = None
 
     @property
     def num_free_blocks(self) -> int:
@@ -156,9 +159,13 @@ class ConnectorReport:
     ``lookup`` (the local hit, the connector's offer after it, None: it cannot tell yet, and
     whether it loads asynchronously), ``loaded`` (an async load finished: cached up to
     ``num_tokens``, ``failed`` after invalid blocks), ``failed`` (a load reported invalid blocks:
-    ``num_tokens`` stay valid, ``evicted`` lost their hashes)."""
+    ``num_tokens`` stay valid, ``evicted`` lost their hashes); with the offloading connector
+    ``cpu_store`` (a store job for ``hashes``, evicting ``cpu_evicted`` from the CPU tier, or
+    ``failed``: refused, too few chunks to evict), ``cpu_load`` (``hashes`` go into GPU blocks
+    ``block_ids``) and ``cpu_done`` (the worker's report: ``hashes`` written, ``cpu_loaded``
+    loads done)."""
 
-    kind: str  # "lookup" | "loaded" | "failed"
+    kind: str  # "lookup" | "loaded" | "failed" | "cpu_store" | "cpu_load" | "cpu_done"
     request_id: str
     num_local_tokens: int = 0
     num_external_tokens: int | None = 0
@@ -166,6 +173,10 @@ class ConnectorReport:
     num_tokens: int = 0
     failed: bool = False
     evicted: tuple[int, ...] = ()
+    hashes: tuple[bytes, ...] = ()
+    cpu_evicted: tuple[bytes, ...] = ()
+    cpu_loaded: tuple[bytes, ...] = ()
+    block_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -309,6 +320,7 @@ class Trace:
                     for r in f.requests
                 },
                 "stats": dict(f.stats),
+                **({} if f.cpu_tier is None else {"cpu_tier": [h.hex() for h, _, _ in f.cpu_tier]}),
                 "reset_ok": list(self.reset_ok),
                 "none_hash": None if self.none_hash is None else self.none_hash.hex(),
                 "hash_seed": self.hash_seed,

@@ -342,3 +342,47 @@ def random_connector_raw_scenario(seed: int) -> dict[str, Any]:
     raw["steps"] = steps
     raw["title"] = f"random engine steps with a KV connector (seed {seed})"
     return raw
+
+
+def random_offloading_raw_scenario(seed: int) -> dict[str, Any]:
+    """``random_raw_scenario`` with the offloading connector (design section 10), TOML-shaped.
+
+    A CPU tier from one block to three times the largest request (so some requests do not fit
+    it, and it evicts), over the base generator's small GPU pool and shared prefixes (so the
+    GPU cache loses blocks that the CPU tier gives back). As for the static connector, what
+    vLLM takes from a set is left out: at most one abort, and resets without ``running``.
+    """
+    raw = random_raw_scenario(seed)
+    rng = random.Random(f"engine-steps-offloading:{seed}")
+    bs = raw["engine"]["block_size"]
+    arrivals = [s for s in raw["steps"] if s["op"] == "arrive"]
+    largest = max(_cdiv(len(r["prompt"]), bs) for r in arrivals)
+    raw["engine"]["kv_connector"] = {
+        "kind": "offloading",
+        "cpu_blocks": rng.randint(1, 3 * largest + 1),
+        "failure_policy": rng.choice(("fail", "recompute")),
+    }
+    steps: list[dict[str, Any]] = []
+    aborted = False
+    for step in raw["steps"]:
+        if step["op"] == "abort":
+            if aborted:
+                continue
+            aborted = True
+        if step["op"] == "reset":
+            step = {**step, "running": False, "external": rng.random() < 0.5}
+        steps.append(step)
+    # Later requests repeat earlier prompts (new ids): soon after (a store may still be in
+    # flight) or at the end, after the GPU pool has moved on.
+    for n in range(rng.randint(1, 3)):
+        again = rng.choice(arrivals)
+        repeat = {**again, "id": f"{again['id']}-again{n}"}
+        if rng.random() < 0.5:
+            at = steps.index(again) + rng.randint(1, 3)
+            steps[at:at] = [repeat]
+        else:
+            steps.append(repeat)
+        steps.extend({"op": "step"} for _ in range(rng.randint(1, 12)))
+    raw["steps"] = steps
+    raw["title"] = f"random engine steps with the offloading connector (seed {seed})"
+    return raw

@@ -72,6 +72,7 @@ from vllm_groups import kv_cache_groups  # noqa: E402  (beside this file)
 HERE = Path(__file__).resolve().parent
 # vLLM's KVConnectorFactory imports the test connector by module name (design section 10).
 sys.path.insert(0, str(HERE))
+import vllm_offloading  # noqa: E402
 from vllm_static_connector import StaticWorker  # noqa: E402
 
 STAT_FIELDS = ("requests", "queries", "hits", "preempted_requests", "preempted_queries", "preempted_hits")
@@ -135,7 +136,7 @@ class Configs:
             int(eng["max_num_batched_tokens"]),
             int(eng["max_num_seqs"]),
             int(eng["long_prefill_token_threshold"]),
-            _connector_key(eng.get("kv_connector")),
+            _connector_key(eng.get("kv_connector"), int(eng["block_size"])),
             _spec_key(eng.get("speculative")),
         )
         vc = self._vllm.pop(key, None)
@@ -190,17 +191,20 @@ class Configs:
 CONFIGS: Configs | None = None  # built on first use, once per driver process
 
 
-def _connector_key(kv: dict | None) -> tuple | None:
+def _connector_key(kv: dict | None, block_size: int) -> tuple | None:
     if not kv:
         return None
-    return (kv["kind"], kv.get("failure_policy", "fail"), int(kv.get("cpu_blocks", 0)))
+    # The offloading connector's CPU bytes depend on the block size (vllm_offloading.py).
+    return (kv["kind"], kv.get("failure_policy", "fail"), int(kv.get("cpu_blocks", 0)), block_size)
 
 
 def _transfer_config(key: tuple | None) -> KVTransferConfig | None:
     """engine.kv_connector -> vLLM's KVTransferConfig, kv_role "kv_both" (design section 10)."""
     if key is None:
         return None
-    kind, policy, _ = key
+    kind, policy, cpu_blocks = key[:3]
+    if kind == "offloading":  # vLLM's own OffloadingConnector (vllm_offloading.py)
+        return vllm_offloading.transfer_config(policy, cpu_blocks, key[3])
     if kind != "static":
         raise ScenarioError(f"kv_connector kind {kind!r} is not driven")
     return KVTransferConfig(
@@ -325,7 +329,10 @@ class EngineReplay:
         self.recorder = EventRecorder()
         self.sched.kv_event_publisher = self.recorder
         self.connector = self.sched.connector
-        self.worker = StaticWorker() if self.kv else None
+        self.offloading = bool(self.kv) and self.kv["kind"] == "offloading"
+        self.worker = (vllm_offloading.OffloadingWorker() if self.offloading else StaticWorker()) if self.kv else None
+        if self.offloading:
+            vllm_offloading.instrument(self.sched, int(self.kv["cpu_blocks"]))
         self.external_stats = dict.fromkeys(STAT_FIELDS, 0)
         if self.connector is not None:
             self._refuse_set_orders()
@@ -417,7 +424,9 @@ class EngineReplay:
         i.e. output index num_computed_tokens - num_prompt_tokens.
         """
         kvo = None
-        if self.worker is not None:
+        if self.offloading:
+            kvo = self.worker.execute(so.kv_connector_metadata)
+        elif self.worker is not None:
             finished, invalid = self.worker.execute(so.kv_connector_metadata)
             kvo = KVConnectorOutput(finished_recving=finished, invalid_block_ids=invalid)
         if so.total_num_scheduled_tokens == 0:
@@ -543,7 +552,7 @@ class EngineReplay:
         self.accepted[rid] = [int(a) for a in op.get("accepted") or ()]
         self.num_verified[rid] = 0
         self.arrived.add(rid)
-        if self.connector is not None:  # what the static store holds for this request
+        if self.connector is not None and not self.offloading:  # what the static store holds
             load = op.get("external_load", self.kv.get("load", "async"))
             self.connector.held[rid] = (
                 int(op.get("external_tokens", 0)),
@@ -677,6 +686,7 @@ class EngineReplay:
                 for rid, req in self.sched.requests.items()
             },
             "stats": stats,
+            **({"cpu_tier": vllm_offloading.cpu_tier(self.connector)} if self.offloading else {}),
             "reset_ok": self.reset_ok,
             "none_hash": self.none_hash,
             "hash_seed": self.hash_seed,

@@ -142,7 +142,7 @@ BAD = [
     ("invalid block outside the request", None, "outside the request"),
     ("load_steps with a sync load", None, "only an async load"),
     ("an unknown connector kind", None, "kv_connector.kind"),
-    ("offloading, not modelled yet", None, "not modelled yet"),
+    ("offloading without cpu_blocks", None, "needs cpu_blocks"),
     (
         "external stats expected without a connector",
         '[[steps]]\nop = "arrive"\nid = "A"\nprompt = "0:9"\noutput = "1"\n[[steps]]\nop = "step"\nexpect = { stats_external_hits = 0 }\n',
@@ -161,8 +161,8 @@ def _bad_text(what: str) -> str:
     text = HEAD.format(load="async", policy="fail", arrive=arrive) + '\n[[steps]]\nop = "step"\n'
     if what == "an unknown connector kind":
         text = text.replace('kind = "static"', 'kind = "lmcache"')
-    if what == "offloading, not modelled yet":
-        text = text.replace('kind = "static", load = "async"', 'kind = "offloading", cpu_blocks = 8')
+    if what == "offloading without cpu_blocks":
+        text = text.replace('kind = "static", load = "async"', 'kind = "offloading"')
     return text
 
 

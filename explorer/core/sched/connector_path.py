@@ -55,6 +55,7 @@ class ConnectorPath:
             self.recompute_kv_load_failures = cfg.kv_load_failure_policy == "recompute"
             self.defer_block_free = max_concurrent_batches > 1 and cfg.is_kv_consumer
             self.requires_kv_delivery = connector.requires_kv_delivery
+            connector.bind_kv_cache_manager(self.kv_cache_manager)
         # Waiting requests that hold blocks; drained before `waiting` (L212-216).
         self.kv_holding_waiting: deque[Request] = deque()
         self.finished_recving_kv_req_ids: set[str] = set()

@@ -110,7 +110,9 @@ class Scheduler(WaitingPass, FinishAndReset):
         does one whose blocks wait for its load (scheduler.py:2747-2772)."""
         if self.get_num_unfinished_requests() > 0 or self.finished_req_ids:
             return True
-        return self.connector is not None and len(self.requests) > self.get_num_unfinished_requests()
+        if self.connector is None:
+            return False
+        return len(self.requests) > self.get_num_unfinished_requests() or self.connector.has_pending_push_work()
 
     # ---- schedule ----------------------------------------------------------------------------
 
@@ -120,6 +122,7 @@ class Scheduler(WaitingPass, FinishAndReset):
         scheduled_running_reqs: list[Request] = []
         preempted_reqs: list[Request] = []
         num_scheduled_tokens: dict[str, int] = {}
+        new_block_ids: dict[str, list[int]] = {}
         token_budget = self.max_num_scheduled_tokens  # vLLM's input budget is the same here
 
         # The threshold stops a long prefill from starving others; with one eligible request
@@ -179,6 +182,8 @@ class Scheduler(WaitingPass, FinishAndReset):
                 break
 
             scheduled_running_reqs.append(request)
+            if self.connector is not None:
+                new_block_ids[request.request_id] = new_blocks.get_block_ids_of_group(0)
             num_scheduled_tokens[request.request_id] = num_new_tokens
             token_budget -= num_new_tokens
             req_index += 1
@@ -190,6 +195,9 @@ class Scheduler(WaitingPass, FinishAndReset):
             self._schedule_waiting(
                 token_budget, threshold, num_scheduled_tokens, scheduled_new_reqs, scheduled_resumed_reqs, external
             )
+            if self.connector is not None:  # what the connector sees of the step's blocks
+                for r in (*scheduled_new_reqs, *scheduled_resumed_reqs):
+                    new_block_ids[r.request_id] = self.kv_cache_manager.get_block_ids(r.request_id)[0]
 
         total_num_scheduled_tokens = sum(num_scheduled_tokens.values())
         assert total_num_scheduled_tokens <= self.max_num_scheduled_tokens
@@ -204,6 +212,7 @@ class Scheduler(WaitingPass, FinishAndReset):
             preempted_req_ids=self.reset_preempted_req_ids,
             preempted_reqs=[r.request_id for r in preempted_reqs],
             external=external,
+            new_block_ids=new_block_ids,
             scheduled_spec_decode_tokens=self._take_spec_tokens(),
         )
         if self.connector is not None:

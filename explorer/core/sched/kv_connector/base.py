@@ -22,7 +22,7 @@ from explorer.core.events import KVCacheEvent
 from explorer.core.sched.output import KVConnectorOutput, SchedulerOutput
 
 if TYPE_CHECKING:
-    from explorer.core.kv_cache_manager import KVCacheBlocks
+    from explorer.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
     from explorer.core.request import Request
 
 FAILURE_POLICIES = ("fail", "recompute")
@@ -56,6 +56,10 @@ class KVConnectorBase:
         request's in-flight output (base.py:192-201)."""
         return self.config.is_kv_producer
 
+    def bind_kv_cache_manager(self, kv_cache_manager: KVCacheManager) -> None:
+        """Right after the manager is built (scheduler.py:332-334)."""
+        return None
+
     def on_new_request(self, request: Request) -> None:
         return None
 
@@ -81,6 +85,10 @@ class KVConnectorBase:
         return []
 
     def has_pending_block_frees(self) -> bool:
+        return False
+
+    def has_pending_push_work(self) -> bool:
+        """True keeps the engine stepping with no request (scheduler.py:2759-2772)."""
         return False
 
     def reset_cache(self) -> bool | None:
