@@ -1,4 +1,4 @@
-"""The offloading lesson (18_cpu_offloading) in a real browser: step it to the end; the External
+"""The offloading lesson (19_cpu_offloading) in a real browser: step it to the end; the External
 tier panel draws the CPU tier where the connector acted, with A's store, B's load from the CPU
 and C's store evicting the tier's least recently used chunks."""
 
@@ -13,14 +13,14 @@ from tests.e2e.conftest import REPO, shot, wait_idle
 
 pytestmark = pytest.mark.e2e
 
-LESSON = REPO / "lessons" / "18_cpu_offloading.toml"
+LESSON = REPO / "lessons" / "19_cpu_offloading.toml"
 
 
 def test_step_the_offloading_lesson_to_the_end(px_page, px_app_url):
     page = px_page
     trace = replay(load_scenario(LESSON))
     n = len(trace.steps)
-    page.goto(f"{px_app_url}/?lesson=18_cpu_offloading")
+    page.goto(f"{px_app_url}/?lesson=19_cpu_offloading")
     expect(page.locator(".px-now .px-headline")).to_contain_text(f"Step 0 of {n}", timeout=90_000)
     wait_idle(page)
     seen = set()

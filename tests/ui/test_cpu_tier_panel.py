@@ -1,4 +1,4 @@
-"""The CPU tier in the External tier panel (design section 10) on lesson 18_cpu_offloading:
+"""The CPU tier in the External tier panel (design section 10) on lesson 19_cpu_offloading:
 every step renders, and the panel draws what the offloading connector reported (store jobs,
 the load from the CPU, the tier's LRU order, an eviction) beside the GPU pool."""
 
@@ -9,7 +9,7 @@ from explorer.scenario.parse import load_scenario
 from explorer.viz.cpu_tier_html import cpu_tier_html
 from tests.ui.helpers import ROOT, all_html, errors, explorer, no_exception, step_to
 
-LESSON = "18_cpu_offloading"
+LESSON = "19_cpu_offloading"
 
 
 def _trace():
