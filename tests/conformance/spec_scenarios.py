@@ -23,6 +23,7 @@ from typing import Any
 from explorer.core.request import RequestStatus
 from explorer.scenario.engine import ScenarioEngine
 from explorer.scenario.parse import StepParser, parse_scenario_dict
+from explorer.scenario.randgen_profiles import draw_groups
 from tests.conformance.engine_step_scenarios import random_raw_scenario
 
 # The methods vLLM 0.31.0 builds for a Llama target on the CPU (the rest are bad input).
@@ -33,14 +34,15 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def random_spec_engine_steps(seed: int) -> dict[str, Any]:
-    raw = copy.deepcopy(random_raw_scenario(seed))
-    rng = random.Random(f"spec-engine-steps:{seed}")
+def random_spec_engine_steps(seed: int, hybrid: bool = False) -> dict[str, Any]:
+    raw = copy.deepcopy(random_raw_scenario(seed, hybrid))
+    rng = random.Random(f"spec-engine-steps:{seed}" + (":hybrid" if hybrid else ""))
     eng = raw["engine"]
     k = rng.randint(1, 4)
     eng["scheduler"] = "sync"
     eng["speculative"] = {"method": rng.choice(METHODS), "num_speculative_tokens": k}
-    eng["num_blocks"] += _cdiv(k + 1, eng["block_size"])
+    groups = eng.get("kv_cache_groups", [{}])
+    eng["num_blocks"] += sum(_cdiv(k + 1, g.get("block_size", eng["block_size"])) + 1 for g in groups)
     if 0 < eng["long_prefill_token_threshold"] <= k:
         eng["long_prefill_token_threshold"] = 0
     # Repeats of earlier prompts cut to a multiple of the block size plus one: once the original
@@ -61,8 +63,8 @@ def random_spec_engine_steps(seed: int) -> dict[str, Any]:
     return raw
 
 
-def random_spec_manager(seed: int, num_ops: int = 60) -> dict[str, Any]:
-    rng = random.Random(f"spec-manager:{seed}")
+def random_spec_manager(seed: int, num_ops: int = 60, hybrid: bool = False) -> dict[str, Any]:
+    rng = random.Random(f"spec-manager:{seed}" + (":hybrid" if hybrid else ""))
     bs = rng.choice((4, 8, 16, 16))
     k = rng.randint(1, 4)
     engine: dict[str, Any] = {
@@ -72,6 +74,8 @@ def random_spec_manager(seed: int, num_ops: int = 60) -> dict[str, Any]:
         "enable_prefix_caching": rng.random() < 0.9,
         "speculative": {"method": rng.choice(METHODS), "num_speculative_tokens": k},
     }
+    if hybrid:  # design section 8's groups, drawn as the manager-level generator draws them
+        engine.update(draw_groups(rng, engine))
     base = parse_scenario_dict({"title": "spec", "engine": engine, "steps": []}, "<random spec>")
     sim = ScenarioEngine(base, record=False)
     parser = StepParser("<random spec>", base.engine)
