@@ -143,6 +143,8 @@ BAD = [
     ("load_steps with a sync load", None, "only an async load"),
     ("an unknown connector kind", None, "kv_connector.kind"),
     ("offloading, not modelled yet", None, "not modelled yet"),
+    ("hybrid groups", None, "engine.kv_connector: a KV connector with hybrid KV cache groups is not modelled"),
+    ("one window group", None, "engine.kv_connector: a KV connector with a sliding-window group is not modelled"),
     (
         "external stats expected without a connector",
         '[[steps]]\nop = "arrive"\nid = "A"\nprompt = "0:9"\noutput = "1"\n[[steps]]\nop = "step"\nexpect = { stats_external_hits = 0 }\n',
@@ -163,6 +165,12 @@ def _bad_text(what: str) -> str:
         text = text.replace('kind = "static"', 'kind = "lmcache"')
     if what == "offloading, not modelled yet":
         text = text.replace('kind = "static", load = "async"', 'kind = "offloading", cpu_blocks = 8')
+    groups = {
+        "hybrid groups": '[{ kind = "full_attention" }, { kind = "sliding_window", sliding_window = 32 }]',
+        "one window group": '[{ kind = "sliding_window", sliding_window = 32 }]',
+    }.get(what)
+    if groups:
+        text = text.replace("[engine]\n", f"[engine]\nkv_cache_groups = {groups}\n", 1)
     return text
 
 
@@ -186,6 +194,23 @@ def test_reset_running_while_waiting_for_remote_kv_is_bad_input_exit_2(tmp_path)
     )
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr.count("\n") == 1 and "waiting for remote KV" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_a_connector_with_hybrid_groups_is_bad_input_exit_2(tmp_path):
+    """vLLM's connector paths for window groups (external blocks outside the window, hybrid
+    load failures) are not modelled: refused before any step runs (design section 10)."""
+    path = tmp_path / "hybrid.toml"
+    path.write_text(_bad_text("hybrid groups"))
+    run = subprocess.run([sys.executable, "-m", "explorer", "run", str(path)], capture_output=True, text=True, cwd=REPO)
+    assert run.returncode == 2 and run.stdout == "" and run.stderr.count("\n") == 1
+    assert "a KV connector with hybrid KV cache groups is not modelled" in run.stderr
+
+
+def test_a_connector_with_one_full_attention_group_is_modelled():
+    text = _bad_text("hybrid groups").replace(
+        ', { kind = "sliding_window", sliding_window = 32 }', ""
+    )
+    assert parse_scenario_text(text, "one.toml").groups is not None
 
 
 def test_external_tokens_beyond_the_prompt_exit_2(tmp_path):
