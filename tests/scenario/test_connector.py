@@ -56,6 +56,41 @@ def test_async_load_waits_then_caches_at_the_next_schedule():
     assert (stats["external_queries"], stats["external_hits"]) == (100, 64)
 
 
+SPEC_RESERVE = """
+[engine]
+block_size = 16
+num_blocks = 15
+scheduler = "sync"
+kv_connector = {{ kind = "static", load = "async" }}
+{spec}
+[[steps]]
+op = "arrive"
+id = "A"
+prompt = "0:139"
+output = [7]
+external_tokens = 54
+[[steps]]
+op = "arrive"
+id = "B"
+prompt = "500:550"
+output = [7]
+external_tokens = 50
+[[steps]]
+op = "step"
+"""
+
+
+def test_with_drafts_an_async_load_keeps_a_decode_step_of_slots_free():
+    """vLLM's _spec_decode_step_blocks: B's async load (4 blocks) must leave A's remaining 5
+    blocks, and, with EAGLE's 3 drafts, one decode step's block for A and one for itself; of 10
+    free blocks that leaves 3, so only A's load starts (without drafts, both do)."""
+    plain = replay(parse_scenario_text(SPEC_RESERVE.format(spec=""), "t.toml"), record=False).to_json()
+    spec = 'speculative = { method = "eagle", num_speculative_tokens = 3 }'
+    drafts = replay(parse_scenario_text(SPEC_RESERVE.format(spec=spec), "t.toml"), record=False).to_json()
+    assert plain["steps"][2]["external"] == {"A": 54, "B": 50}
+    assert drafts["steps"][2]["external"] == {"A": 54}
+
+
 def test_the_request_waits_for_remote_kv_holding_its_blocks():
     engine = EngineStepReplay(scenario(), record=False)
     for op in engine.scenario.ops[:2]:
