@@ -76,8 +76,7 @@ def test_random_hybrid_speculative_engine_steps_match_vllm(vllm_sched_oracle):
 
 def test_random_hybrid_speculative_manager_scenarios_match_vllm(vllm_oracle):
     scenarios = [
-        parse_scenario_dict(random_spec_manager(s, hybrid=True), f"hybrid spec manager seed {s}")
-        for s in MANAGER_SEEDS
+        parse_scenario_dict(random_spec_manager(s, hybrid=True), f"hybrid spec manager seed {s}") for s in MANAGER_SEEDS
     ]
     assert sum(_multi(sc) and _eagle(sc) for sc in scenarios) >= 40
     differing, mine = _compare_all(vllm_oracle, scenarios)

@@ -242,9 +242,7 @@ def test_a_connector_with_hybrid_groups_is_bad_input_exit_2(tmp_path):
 
 
 def test_a_connector_with_one_full_attention_group_is_modelled():
-    text = _bad_text("hybrid groups").replace(
-        ', { kind = "sliding_window", sliding_window = 32 }', ""
-    )
+    text = _bad_text("hybrid groups").replace(', { kind = "sliding_window", sliding_window = 32 }', "")
     assert parse_scenario_text(text, "one.toml").groups is not None
 
 
