@@ -20,7 +20,13 @@ from explorer.core.hashing import HASH_ALGOS
 from explorer.errors import BadInput, read_user_file
 from explorer.scenario.budget import SizeBudget
 from explorer.scenario.parse_connector import check_expects, check_offloading_alone, check_step_arrive, parse_connector
-from explorer.scenario.parse_groups import GROUP_KEYS, check_group_expects, hashing_engine, parse_groups
+from explorer.scenario.parse_groups import (
+    GROUP_KEYS,
+    check_group_expects,
+    hashing_engine,
+    parse_groups,
+    refuse_connector,
+)
 from explorer.scenario.parse_spec_decode import SPEC_KEY, apply_spec_ops, parse_speculative
 from explorer.scenario.parse_values import Ctx, read_bool, read_int, read_str, show
 from explorer.scenario.spec import (
@@ -308,6 +314,7 @@ def parse_scenario_dict(data: Mapping[str, Any], source: str = "<scenario>", lim
     speculative = parse_speculative(ctx.fail, data.get("engine"), sched)  # design section 9
     groups = parse_groups(ctx.fail, data.get("engine"), engine.block_size, MAX_BLOCK_SIZE)  # section 8
     check_offloading_alone(ctx.fail, kv, groups, speculative)
+    refuse_connector(ctx.fail, groups, kv is not None)
     parser = StepParser(source, hashing_engine(engine, groups), limits, engine_steps, kv)
     ops = tuple(check_expects(ctx.fail, parser.parse(i, s), kv) for i, s in enumerate(steps))
     ops = apply_spec_ops(ctx.fail, ops, steps, speculative)

@@ -180,3 +180,14 @@ def _has_kind(value: Any, kind: str) -> bool:
         "a table of arrays of arrays of integers": lists_of_ints,
     }[kind]
     return isinstance(value, Mapping) and all(isinstance(k, str) and inner(v) for k, v in value.items())
+
+
+def refuse_connector(fail: Callable[[str, str], BadInput], groups: GroupsSpec | None, has_connector: bool) -> None:
+    """A KV connector with more than one group, or with a window group, is not modelled
+    (design section 10): vLLM's connector paths for window groups differ from ours."""
+    if not has_connector or groups is None:
+        return
+    if len(groups.groups) > 1:
+        raise fail("engine.kv_connector", "a KV connector with hybrid KV cache groups is not modelled")
+    if groups.groups[0].sliding_window is not None:
+        raise fail("engine.kv_connector", "a KV connector with a sliding-window group is not modelled")

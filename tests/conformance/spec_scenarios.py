@@ -4,11 +4,14 @@
   (engine_step_scenarios.random_raw_scenario) under the sync scheduler with drafts: a drawn
   method and ``num_speculative_tokens``, an ``accepted`` list per request, a pool one lookahead
   larger, a ``long_prefill_token_threshold`` vLLM does not assert on, and repeats of earlier
-  prompts that leave one token to compute (padded admissions).
+  prompts that leave one token to compute (padded admissions). ``hybrid=True``: the engine-step
+  generator's hybrid KV cache groups, and a pool one decode step's slots larger per group.
 - ``random_spec_manager(seed)``: a manager-level scenario of arrivals, admissions (some
   chunked), decodes verifying drafts each followed by the `sample` of 1 to d + 1 tokens, plain
   samples, decodes and generates, finishes, preemptions and resets, replayed as it is drawn
-  by our own engine so every step is valid in the state before it.
+  by our own engine so every step is valid in the state before it. ``hybrid=True``: groups as
+  the manager-level generator draws them (randgen_profiles.draw_groups).
+- ``random_connector_spec_raw_scenario(seed)``: the connector generator's scenario with drafts.
 
 Standard library and the project only (never vLLM): the scenarios go to both replays.
 """
@@ -23,7 +26,8 @@ from typing import Any
 from explorer.core.request import RequestStatus
 from explorer.scenario.engine import ScenarioEngine
 from explorer.scenario.parse import StepParser, parse_scenario_dict
-from tests.conformance.engine_step_scenarios import random_raw_scenario
+from explorer.scenario.randgen_profiles import draw_groups
+from tests.conformance.engine_step_scenarios import random_connector_raw_scenario, random_raw_scenario
 
 # The methods vLLM 0.31.0 builds for a Llama target on the CPU (the rest are bad input).
 METHODS = ("eagle", "eagle3", "draft_model", "ngram")
@@ -33,14 +37,15 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def random_spec_engine_steps(seed: int) -> dict[str, Any]:
-    raw = copy.deepcopy(random_raw_scenario(seed))
-    rng = random.Random(f"spec-engine-steps:{seed}")
+def random_spec_engine_steps(seed: int, hybrid: bool = False) -> dict[str, Any]:
+    raw = copy.deepcopy(random_raw_scenario(seed, hybrid))
+    rng = random.Random(f"spec-engine-steps:{seed}" + (":hybrid" if hybrid else ""))
     eng = raw["engine"]
     k = rng.randint(1, 4)
     eng["scheduler"] = "sync"
     eng["speculative"] = {"method": rng.choice(METHODS), "num_speculative_tokens": k}
-    eng["num_blocks"] += _cdiv(k + 1, eng["block_size"])
+    groups = eng.get("kv_cache_groups", [{}])
+    eng["num_blocks"] += sum(_cdiv(k + 1, g.get("block_size", eng["block_size"])) + 1 for g in groups)
     if 0 < eng["long_prefill_token_threshold"] <= k:
         eng["long_prefill_token_threshold"] = 0
     # Repeats of earlier prompts cut to a multiple of the block size plus one: once the original
@@ -61,8 +66,8 @@ def random_spec_engine_steps(seed: int) -> dict[str, Any]:
     return raw
 
 
-def random_spec_manager(seed: int, num_ops: int = 60) -> dict[str, Any]:
-    rng = random.Random(f"spec-manager:{seed}")
+def random_spec_manager(seed: int, num_ops: int = 60, hybrid: bool = False) -> dict[str, Any]:
+    rng = random.Random(f"spec-manager:{seed}" + (":hybrid" if hybrid else ""))
     bs = rng.choice((4, 8, 16, 16))
     k = rng.randint(1, 4)
     engine: dict[str, Any] = {
@@ -72,6 +77,8 @@ def random_spec_manager(seed: int, num_ops: int = 60) -> dict[str, Any]:
         "enable_prefix_caching": rng.random() < 0.9,
         "speculative": {"method": rng.choice(METHODS), "num_speculative_tokens": k},
     }
+    if hybrid:  # design section 8's groups, drawn as the manager-level generator draws them
+        engine.update(draw_groups(rng, engine))
     base = parse_scenario_dict({"title": "spec", "engine": engine, "steps": []}, "<random spec>")
     sim = ScenarioEngine(base, record=False)
     parser = StepParser("<random spec>", base.engine)
@@ -138,3 +145,23 @@ def random_spec_manager(seed: int, num_ops: int = 60) -> dict[str, Any]:
         else:
             apply({"op": "reset", "running": rng.random() < 0.5})
     return {"title": f"random speculative manager-level scenario (seed {seed})", "engine": engine, "steps": steps}
+
+
+def random_connector_spec_raw_scenario(seed: int) -> dict[str, Any]:
+    """``random_connector_raw_scenario`` (a static KV connector) with speculative decoding: the
+    sync scheduler, a drawn method and ``num_speculative_tokens``, an ``accepted`` list per
+    request and a pool one decode step's slots larger."""
+    raw = copy.deepcopy(random_connector_raw_scenario(seed))
+    rng = random.Random(f"connector-spec:{seed}")
+    eng = raw["engine"]
+    k = rng.randint(1, 4)
+    eng["scheduler"] = "sync"
+    eng["speculative"] = {"method": rng.choice(METHODS), "num_speculative_tokens": k}
+    eng["num_blocks"] += _cdiv(k + 1, eng["block_size"])
+    if 0 < eng["long_prefill_token_threshold"] <= k:
+        eng["long_prefill_token_threshold"] = 0
+    for step in raw["steps"]:
+        if step["op"] == "arrive":
+            step["accepted"] = [rng.randint(0, k) for _ in step["output"]]
+    raw["title"] = f"random engine steps with a KV connector and drafts (seed {seed})"
+    return raw

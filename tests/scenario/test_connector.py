@@ -56,6 +56,41 @@ def test_async_load_waits_then_caches_at_the_next_schedule():
     assert (stats["external_queries"], stats["external_hits"]) == (100, 64)
 
 
+SPEC_RESERVE = """
+[engine]
+block_size = 16
+num_blocks = 15
+scheduler = "sync"
+kv_connector = {{ kind = "static", load = "async" }}
+{spec}
+[[steps]]
+op = "arrive"
+id = "A"
+prompt = "0:139"
+output = [7]
+external_tokens = 54
+[[steps]]
+op = "arrive"
+id = "B"
+prompt = "500:550"
+output = [7]
+external_tokens = 50
+[[steps]]
+op = "step"
+"""
+
+
+def test_with_drafts_an_async_load_keeps_a_decode_step_of_slots_free():
+    """vLLM's _spec_decode_step_blocks: B's async load (4 blocks) must leave A's remaining 5
+    blocks, and, with EAGLE's 3 drafts, one decode step's block for A and one for itself; of 10
+    free blocks that leaves 3, so only A's load starts (without drafts, both do)."""
+    plain = replay(parse_scenario_text(SPEC_RESERVE.format(spec=""), "t.toml"), record=False).to_json()
+    spec = 'speculative = { method = "eagle", num_speculative_tokens = 3 }'
+    drafts = replay(parse_scenario_text(SPEC_RESERVE.format(spec=spec), "t.toml"), record=False).to_json()
+    assert plain["steps"][2]["external"] == {"A": 54, "B": 50}
+    assert drafts["steps"][2]["external"] == {"A": 54}
+
+
 def test_the_request_waits_for_remote_kv_holding_its_blocks():
     engine = EngineStepReplay(scenario(), record=False)
     for op in engine.scenario.ops[:2]:
@@ -143,6 +178,8 @@ BAD = [
     ("load_steps with a sync load", None, "only an async load"),
     ("an unknown connector kind", None, "kv_connector.kind"),
     ("offloading without cpu_blocks", None, "needs cpu_blocks"),
+    ("hybrid groups", None, "engine.kv_connector: a KV connector with hybrid KV cache groups is not modelled"),
+    ("one window group", None, "engine.kv_connector: a KV connector with a sliding-window group is not modelled"),
     (
         "external stats expected without a connector",
         '[[steps]]\nop = "arrive"\nid = "A"\nprompt = "0:9"\noutput = "1"\n[[steps]]\nop = "step"\nexpect = { stats_external_hits = 0 }\n',
@@ -163,6 +200,12 @@ def _bad_text(what: str) -> str:
         text = text.replace('kind = "static"', 'kind = "lmcache"')
     if what == "offloading without cpu_blocks":
         text = text.replace('kind = "static", load = "async"', 'kind = "offloading"')
+    groups = {
+        "hybrid groups": '[{ kind = "full_attention" }, { kind = "sliding_window", sliding_window = 32 }]',
+        "one window group": '[{ kind = "sliding_window", sliding_window = 32 }]',
+    }.get(what)
+    if groups:
+        text = text.replace("[engine]\n", f"[engine]\nkv_cache_groups = {groups}\n", 1)
     return text
 
 
@@ -186,6 +229,21 @@ def test_reset_running_while_waiting_for_remote_kv_is_bad_input_exit_2(tmp_path)
     )
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr.count("\n") == 1 and "waiting for remote KV" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_a_connector_with_hybrid_groups_is_bad_input_exit_2(tmp_path):
+    """vLLM's connector paths for window groups (external blocks outside the window, hybrid
+    load failures) are not modelled: refused before any step runs (design section 10)."""
+    path = tmp_path / "hybrid.toml"
+    path.write_text(_bad_text("hybrid groups"))
+    run = subprocess.run([sys.executable, "-m", "explorer", "run", str(path)], capture_output=True, text=True, cwd=REPO)
+    assert run.returncode == 2 and run.stdout == "" and run.stderr.count("\n") == 1
+    assert "a KV connector with hybrid KV cache groups is not modelled" in run.stderr
+
+
+def test_a_connector_with_one_full_attention_group_is_modelled():
+    text = _bad_text("hybrid groups").replace(', { kind = "sliding_window", sliding_window = 32 }', "")
+    assert parse_scenario_text(text, "one.toml").groups is not None
 
 
 def test_external_tokens_beyond_the_prompt_exit_2(tmp_path):

@@ -41,6 +41,8 @@ class ConnectorPath:
     requests: dict[str, Request]
     running: list[Request]
     block_size: int
+    num_spec_tokens: int  # spec_decode.py
+    num_lookahead_tokens: int
 
     def _init_connector(self, connector: KVConnectorBase | None, max_concurrent_batches: int) -> None:
         self.connector = connector
@@ -102,7 +104,15 @@ class ConnectorPath:
         for req in self._inflight_prefills:
             full = min(req.num_tokens, self.kv_cache_manager.max_model_len)
             total += coordinator.get_num_blocks_to_allocate(req.request_id, full, coordinator.empty_blocks())
+            total += self._spec_decode_step_blocks()
         return total
+
+    def _spec_decode_step_blocks(self) -> int:
+        """With drafts, the blocks of one decode step's extra slots, which an async load and
+        each in-flight prefill also keep free (L3019-3030); 0 without speculative decoding."""
+        if not self.num_spec_tokens:
+            return 0
+        return -(-(1 + self.num_spec_tokens + self.num_lookahead_tokens) // self.block_size)
 
     def _handle_blocked_waiting_request(self, request: Request) -> bool:
         """False: the load is still in flight, skip it this step; else promote it (L3099-3131)."""

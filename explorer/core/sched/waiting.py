@@ -107,8 +107,11 @@ class WaitingPass(ConnectorPath, SpecDecodeMixin):
                     break
 
             # The whole sequence must fit (scheduler_reserve_full_isl); an async load also leaves
-            # the in-flight prefills their blocks (L1195-1222); stats only at admission.
-            reserved = self._inflight_prefill_reserved_blocks() if load_kv_async else 0
+            # the in-flight prefills their blocks and, with drafts, one decode step's (L1195-1222);
+            # stats only at admission.
+            reserved = (
+                self._inflight_prefill_reserved_blocks() + self._spec_decode_step_blocks() if load_kv_async else 0
+            )
             new_blocks = self.request_steps.allocate(
                 request,
                 num_new_tokens,
