@@ -1,8 +1,8 @@
 """vLLM 0.31.0's PrometheusStatLogger (vllm/v1/metrics/loggers.py), for one engine, with
 ``prometheus_client``: the same families, types, labels, help texts and bucket bounds.
 
-Every family vLLM registers for a text-only engine without LoRA, speculative decoding or a KV
-connector's own metrics is here, except the timing histograms (TTFT, inter-token latency, time
+Every family vLLM registers for a text-only engine without LoRA or a KV connector's own
+metrics is here (with speculative decoding, SpecDecodingProm's counters), except the timing histograms (TTFT, inter-token latency, time
 per output token, e2e, queue, inference, prefill, decode: wall clock) and
 ``vllm:cache_config_info`` (an info gauge of the whole CacheConfig). Counters are exported as
 ``*_total`` (plus ``*_created``) by prometheus_client. Each logger has its own registry: no
@@ -38,7 +38,13 @@ def request_tokens_buckets(max_model_len: int) -> list[float]:
 
 
 class PrometheusStatLogger:
-    def __init__(self, max_model_len: int, model_name: str = MODEL_NAME, engine_index: int = 0) -> None:
+    def __init__(
+        self,
+        max_model_len: int,
+        model_name: str = MODEL_NAME,
+        engine_index: int = 0,
+        num_speculative_tokens: int = 0,
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         lv = [model_name, str(engine_index)]
         reg = self.registry
@@ -156,6 +162,22 @@ class PrometheusStatLogger:
             "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
             tokens,
         )
+        # SpecDecodingProm (vllm/v1/spec_decode/metrics.py): registered only with a speculative
+        # config, one accepted-tokens counter per draft position.
+        self.spec_decode: tuple[Any, Any, Any, list[Any]] | None = None
+        if num_speculative_tokens:
+            per_pos = Counter(
+                "vllm:spec_decode_num_accepted_tokens_per_pos",
+                "Accepted tokens per draft position.",
+                LABELS + ["position"],
+                registry=reg,
+            )
+            self.spec_decode = (
+                counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts."),
+                counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens."),
+                counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens."),
+                [per_pos.labels(*lv, str(pos)) for pos in range(num_speculative_tokens)],
+            )
 
     def record(self, scheduler_stats: SchedulerStats | None, iteration_stats: IterationStats | None) -> None:
         """loggers.py: PrometheusStatLogger.record, for engine 0 and no multi-modal cache."""
@@ -171,6 +193,14 @@ class PrometheusStatLogger:
             if s.connector_prefix_cache_stats is not None:
                 self.counter_connector_prefix_cache_queries.inc(s.connector_prefix_cache_stats.queries)
                 self.counter_connector_prefix_cache_hits.inc(s.connector_prefix_cache_stats.hits)
+            if s.spec_decoding_stats is not None and self.spec_decode is not None:
+                sd = s.spec_decoding_stats
+                drafts, draft_tokens, accepted, per_pos = self.spec_decode
+                drafts.inc(sd.num_drafts)
+                draft_tokens.inc(sd.num_draft_tokens)
+                accepted.inc(sd.num_accepted_tokens)
+                for c, n in zip(per_pos, sd.num_accepted_tokens_per_pos, strict=True):
+                    c.inc(n)
         if iteration_stats is None:
             return
         it = iteration_stats

@@ -20,6 +20,7 @@ from explorer.core.sched.output import EngineCoreOutputs
 from explorer.metrics.frontend import SOURCES, OutputProcessor
 from explorer.metrics.log_line import LoggingStatLogger, LogLine
 from explorer.metrics.prom import PrometheusStatLogger
+from explorer.scenario.spec import Scenario
 from explorer.scenario.trace import Step, Trace
 
 
@@ -50,11 +51,13 @@ class MetricsPoint:
 
 
 class MetricsRecorder:
-    def __init__(self, max_model_len: int, pace: float = 1.0, device_type: str = "cuda") -> None:
+    def __init__(
+        self, max_model_len: int, pace: float = 1.0, device_type: str = "cuda", num_speculative_tokens: int = 0
+    ) -> None:
         self.pace = pace
         self.now = 0.0
         self.frontend = OutputProcessor()
-        self.prom = PrometheusStatLogger(max_model_len)
+        self.prom = PrometheusStatLogger(max_model_len, num_speculative_tokens=num_speculative_tokens)
         self.logger = LoggingStatLogger(lambda: self.now, device_type)
         self.queries = self.hits = self.external_queries = self.external_hits = 0
         self.by_source = dict.fromkeys(SOURCES, 0)
@@ -125,6 +128,14 @@ class MetricsRecorder:
     def log(self) -> LogLine:
         return self.logger.log()
 
+    @classmethod
+    def for_scenario(cls, scenario: Scenario, pace: float = 1.0, device_type: str = "cuda") -> MetricsRecorder:
+        """The loggers vLLM builds for the scenario's engine (with speculative decoding, its
+        spec-decode counters, one per draft position)."""
+        sp = scenario.speculative
+        k = 0 if sp is None else sp.num_speculative_tokens
+        return cls(scenario.engine.max_model_len, pace, device_type, k)
+
 
 def check_engine_steps(trace: Trace) -> None:
     assert trace.scenario.sched is not None, "metrics are recorded from engine-step scenarios"
@@ -133,14 +144,14 @@ def check_engine_steps(trace: Trace) -> None:
 def points(trace: Trace, pace: float = 1.0) -> list[MetricsPoint]:
     """The numbers after every op of the trace, in order."""
     check_engine_steps(trace)
-    rec = MetricsRecorder(trace.scenario.engine.max_model_len, pace)
+    rec = MetricsRecorder.for_scenario(trace.scenario, pace)
     return [rec.feed(step) for step in trace.steps]
 
 
 def recorder_at(trace: Trace, upto: int | None = None, pace: float = 1.0, device_type: str = "cuda") -> MetricsRecorder:
     """The loggers after the first ``upto`` ops (all by default)."""
     check_engine_steps(trace)
-    rec = MetricsRecorder(trace.scenario.engine.max_model_len, pace, device_type)
+    rec = MetricsRecorder.for_scenario(trace.scenario, pace, device_type)
     for step in trace.steps if upto is None else trace.steps[:upto]:
         rec.feed(step)
     return rec

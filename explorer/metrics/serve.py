@@ -87,7 +87,7 @@ def serve(
         # Ctrl-C even where the parent ignored SIGINT (a background job); SIGTERM alike.
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.default_int_handler)
-    rec = MetricsRecorder(trace.scenario.engine.max_model_len, pace)
+    rec = MetricsRecorder.for_scenario(trace.scenario, pace)
     exposition = Exposition(rec.exposition())
     server = make_server(port, exposition)
     thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)

@@ -13,9 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 STAT_FIELDS = ("requests", "queries", "hits", "preempted_requests", "preempted_queries", "preempted_hits")
+EXTERNAL_STAT_FIELDS = tuple(f"external_{n}" for n in STAT_FIELDS)
 STEP_KEYS = {"op", "id", "ok", "events", "scheduled", "outputs", "preempted", "finished", "step_stats"}
 # With hybrid KV cache groups (design section 8) a step also reports these maps.
 GROUP_STEP_KEYS = {"group_hit_tokens", "shared_prefix_boundary", "new_block_ids_by_group"}
+# With a KV connector (design section 10) a step also reports each connector allocation.
+CONNECTOR_STEP_KEYS = {"external"}
 LIVE_STATUSES = {"waiting", "running", "preempted"}
 
 
@@ -36,11 +39,12 @@ def check_invariants(scenario: dict[str, Any], result: dict[str, Any]) -> list[s
     hybrid = "kv_cache_groups" in eng
     bs = eng["hash_block_size"] if hybrid else eng["block_size"]
     sync = eng["scheduler"] == "sync"
-    step_keys = STEP_KEYS | GROUP_STEP_KEYS if hybrid else STEP_KEYS
-    if "kv_connector" in eng:  # design section 10: every step lists its connector allocations
-        step_keys = step_keys | {"external"}
-    # A failed KV load under failure_policy "fail" ends its request early (finished_error).
-    may_fail = eng.get("kv_connector", {}).get("failure_policy") == "fail"
+    connector = "kv_connector" in eng
+    offloading = connector and eng["kv_connector"]["kind"] == "offloading"
+    # Under `fail`, a request whose load reports invalid blocks ends finished_error, short.
+    fail_policy = connector and eng["kv_connector"]["failure_policy"] == "fail"
+    may_fail = {op["id"] for op in ops if op["op"] == "arrive" and fail_policy and op.get("invalid_external_blocks")}
+    step_keys = STEP_KEYS | (GROUP_STEP_KEYS if hybrid else set()) | (CONNECTOR_STEP_KEYS if connector else set())
 
     outputs: dict[str, list[int]] = {}  # the played tokens of each live request
     prompts: dict[str, list[int]] = {}
@@ -69,7 +73,7 @@ def check_invariants(scenario: dict[str, Any], result: dict[str, Any]) -> list[s
                 live.remove(op["id"])
         elif op["op"] == "reset":
             reset_ok.append(entry.get("ok"))
-            if op["running"] and entry.get("ok") is not True:
+            if op["running"] and not connector and entry.get("ok") is not True:
                 bad.append(f"{where}: a reset that preempts every running request succeeds (no connector)")
         if op["op"] != "step":
             if entry.get("ok") is not True and op["op"] != "reset":
@@ -116,10 +120,16 @@ def check_invariants(scenario: dict[str, Any], result: dict[str, Any]) -> list[s
             if rid not in live:
                 bad.append(f"{where}: finished {rid}, which is not live")
                 continue
-            if delivered[rid] != outputs[rid] and not may_fail:
+            if delivered[rid] != outputs[rid] and rid not in may_fail:
                 bad.append(f"{where}: {rid} finished with {len(delivered[rid])} of {len(outputs[rid])} tokens")
             live.remove(rid)
         for ev in entry["events"]:
+            if offloading and ev.get("medium") == "CPU":
+                # The CPU tier's events (design section 10): one chunk a BlockStored, vLLM's
+                # placeholder payload; with GPU caching off the tier still caches.
+                if not events_on or _bad_cpu_event(ev):
+                    bad.append(f"{where}: CPU tier event {ev}")
+                continue
             if not events_on or (not caching and ev.get("type") != "AllBlocksCleared"):
                 # With caching off a reset still clears (and says so); nothing is stored.
                 bad.append(f"{where}: a {ev.get('type')} event with events or caching off")
@@ -139,6 +149,13 @@ def check_invariants(scenario: dict[str, Any], result: dict[str, Any]) -> list[s
 
     bad.extend(_check_final(eng, result.get("final", {}), live, prompts, delivered, reported, reset_ok))
     return bad
+
+
+def _bad_cpu_event(ev: dict[str, Any]) -> bool:
+    if ev.get("type") == "BlockStored":
+        placeholder = ev.get("token_ids") == [] and ev.get("block_size") == 0 and ev.get("group_idx") == 0
+        return len(ev.get("block_hashes", [])) != 1 or not placeholder
+    return ev.get("type") != "BlockRemoved" or not ev.get("block_hashes")
 
 
 def _check_final(eng, final, live, prompts, delivered, reported, reset_ok) -> list[str]:
@@ -181,24 +198,55 @@ def _check_final(eng, final, live, prompts, delivered, reported, reset_ok) -> li
     ref = {b["id"]: b["ref_cnt"] for b in blocks}
     if any(ref.get(bid) != n for bid, n in held.items()) or sum(ref.values()) != sum(held.values()):
         bad.append("final: ref counts are not the live requests' block tables")
-    stats = {n: final["stats"][n] for n in STAT_FIELDS}  # (a connector adds its external_* totals)
+    connector = "kv_connector" in eng
+    # A connector adds its external_* totals (design section 10); no step reports them.
+    stats = {n: final["stats"][n] for n in STAT_FIELDS}
+    if connector and set(final["stats"]) != set(STAT_FIELDS) | set(EXTERNAL_STAT_FIELDS):
+        bad.append(f"final.stats keys {sorted(final['stats'])}")
     if any(stats[n] < reported[n] for n in STAT_FIELDS):
         bad.append(f"final.stats {stats} below the reported {reported}")
     if eng["scheduler"] == "sync" and stats != reported:
         bad.append(f"final.stats {stats}: a sync engine reports every admission in its step ({reported})")
     if final["reset_ok"] != reset_ok:
         bad.append(f"final.reset_ok {final['reset_ok']}, entries {reset_ok}")
-    if (final["none_hash"] is None) == eng["enable_prefix_caching"]:
-        bad.append("final.none_hash: null iff prefix caching is off")
+    # With prefix caching off and a connector, vLLM still builds the hasher (design section 10).
+    if (final["none_hash"] is None) == (eng["enable_prefix_caching"] or connector):
+        bad.append("final.none_hash: null iff prefix caching is off (and no connector)")
     return bad
+
+
+def _external_records(scenario: dict[str, Any], steps: list[dict[str, Any]]) -> list[bool]:
+    """Per op: whether it may record external stats (a connector allocation other than the
+    promotion after the request's own async load, which looks nothing up)."""
+    kv = scenario["engine"].get("kv_connector")
+    if kv is None:
+        return [False] * len(steps)
+    loads_async = {}
+    for op in scenario["ops"]:
+        if op["op"] == "arrive":
+            loads_async[op["id"]] = kv["kind"] == "offloading" or op.get("external_load", kv["load"]) == "async"
+    last_offer: dict[str, int] = {}
+    out = []
+    for op, entry in zip(scenario["ops"], steps):
+        if op["op"] == "arrive":
+            last_offer.pop(op["id"], None)
+        recorded = False
+        for rid, tokens in entry.get("external", {}).items():
+            promotion = tokens == 0 and last_offer.get(rid, 0) > 0 and loads_async.get(rid, False)
+            recorded = recorded or not promotion
+            last_offer[rid] = tokens
+        out.append(recorded)
+    return out
 
 
 def check_expects(raw: dict[str, Any], scenario: dict[str, Any], result: dict[str, Any]) -> list[str]:
     """Every ``expect`` of a golden TOML, against the replay JSON.
 
-    Checkable here: ``scheduled``, ``preempted``, ``finished``, ``event_types`` and ``ok`` on any
-    step; the ``stats_*`` totals on any step of a sync engine (it reports each admission in its
-    own step) and on the last op of an async one; ``num_free_blocks`` and ``free_queue`` on the
+    Checkable here: ``scheduled``, ``preempted``, ``finished``, ``event_types``, ``ok`` and the
+    hybrid maps on any step; the ``stats_*`` totals on any step of a sync engine
+    (it reports each admission in its own step) and on the last op of an async one; the
+    ``stats_external_*`` totals (which no step reports) on any step after which no op allocates
+    through the connector or resets it; ``num_free_blocks`` and ``free_queue`` on the
     last op. Anything else is a failure, so that no golden states what nobody checked.
     """
     bad: list[str] = []
@@ -211,6 +259,7 @@ def check_expects(raw: dict[str, Any], scenario: dict[str, Any], result: dict[st
         running_totals.append(dict(totals))
     last = len(steps) - 1
     final = result["final"]
+    records = _external_records(scenario, steps)
     for index, step in enumerate(raw.get("steps", [])):
         for key, want in step.get("expect", {}).items():
             entry = steps[index]
@@ -226,6 +275,16 @@ def check_expects(raw: dict[str, Any], scenario: dict[str, Any], result: dict[st
                 got = entry.get(key)
             elif key == "event_types":
                 got = [ev["type"] for ev in entry["events"]]
+            elif key.startswith("stats_") and key[6:] in EXTERNAL_STAT_FIELDS:
+                # No step reports the external totals: checkable where they are final, i.e. on
+                # the last op or when no later op records any (a connector lookup at admission;
+                # an async load's promotion looks nothing up) or resets them.
+                if any(records[index + 1 :]) or any(
+                    st.get("op") == "reset" and st.get("external") for st in raw["steps"][index + 1 :]
+                ):
+                    bad.append(f"steps[{index}]: {key} is checkable only after the last connector allocation")
+                    continue
+                got = final["stats"][key[6:]]
             elif key.startswith("stats_") and key[6:] in STAT_FIELDS:
                 if index == last:
                     got = final["stats"][key[6:]]
@@ -236,12 +295,6 @@ def check_expects(raw: dict[str, Any], scenario: dict[str, Any], result: dict[st
                     continue
             elif key in ("num_free_blocks", "free_queue") and index == last:
                 got = final["free_queue"] if key == "free_queue" else len(final["free_queue"])
-            elif key.startswith("stats_external_") and index == last:
-                got = final["stats"][key[6:]]
-            elif key.startswith("stats_external_") or key == "num_free_blocks" and "kv_connector" in raw["engine"]:
-                # A connector golden's running external totals and free counts: vLLM's answer has
-                # them only in `final`; our replay checks them, and `compare` proves it vLLM's.
-                continue
             else:
                 bad.append(f"steps[{index}]: expect key {key!r} is not checkable here")
                 continue

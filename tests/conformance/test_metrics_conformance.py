@@ -67,7 +67,7 @@ def normalized(scenario) -> dict:
 def ours(scenario) -> dict:
     """Our answer in the driver's shape; the log line as vLLM prints it on the CPU oracle."""
     trace = replay(scenario, record=False)
-    rec = MetricsRecorder(scenario.engine.max_model_len, PACE, device_type="cpu")
+    rec = MetricsRecorder.for_scenario(scenario, PACE, device_type="cpu")
     texts = []
     for step in trace.steps:
         rec.feed(step)

@@ -15,7 +15,7 @@ from explorer.metrics.frontend import OutputProcessor
 from explorer.metrics.replay import points, promql, recorder_at, step_rate, step_rates
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario
-from tests.metrics.helpers import LESSON, REPO, sample, start_server, wait_for_line
+from tests.metrics.helpers import LABELS, LESSON, REPO, sample, start_server, wait_for_line
 
 ENGINE_STEP_FILES = [
     p
@@ -178,3 +178,22 @@ def test_step_rates_is_step_rate_at_every_op(path: Path):
     for n in (1, 2, 5, 1000):
         assert step_rates(pts, n) == [step_rate(pts, k, n) for k in range(len(pts))]
         assert step_rates(pts, n, external=True) == [step_rate(pts, k, n, external=True) for k in range(len(pts))]
+
+
+def test_spec_decode_counters_are_exported_with_speculative_decoding_only():
+    """SpecDecodingProm's families, from the core's SpecDecodingStats (design section 11)."""
+    golden = REPO / "tests" / "scenario" / "golden" / "engine_steps"
+    trace = replay(load_scenario(golden / "eagle_drafts_sync.toml"), record=False)
+    text = recorder_at(trace).exposition()
+    drafts = sample(text, "vllm:spec_decode_num_drafts_total")
+    draft_tokens = sample(text, "vllm:spec_decode_num_draft_tokens_total")
+    accepted = sample(text, "vllm:spec_decode_num_accepted_tokens_total")
+    k = trace.scenario.speculative.num_speculative_tokens
+    per_pos = [
+        sample(text, "vllm:spec_decode_num_accepted_tokens_per_pos_total", LABELS[:-1] + f',position="{p}"}}')
+        for p in range(k)
+    ]
+    assert drafts > 0 and draft_tokens == drafts * k and 0 < accepted < draft_tokens
+    assert sum(per_pos) == accepted and per_pos == sorted(per_pos, reverse=True)
+    plain = recorder_at(replay(load_scenario(LESSON), record=False)).exposition()
+    assert "vllm:spec_decode" not in plain

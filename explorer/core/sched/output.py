@@ -7,7 +7,8 @@ fields prefix caching touches:
   connector worker's report;
 - `EngineCoreOutput` / `EngineCoreOutputs` (vllm/v1/engine/__init__.py): what
   ``update_from_output`` reports per request and per step;
-- `SchedulerStats` (vllm/v1/metrics/stats.py:186-216) with its `PrefixCacheStats`;
+- `SchedulerStats` (vllm/v1/metrics/stats.py:186-216) with its `PrefixCacheStats` and
+  `SpecDecodingStats` (vllm/v1/spec_decode/metrics.py);
 - `KVEventPublisher`: where ``update_from_output`` publishes its one `KVEventBatch` per step
   (vllm/distributed/kv_events.py); `KVEventCollector` keeps them, as a test harness does.
 """
@@ -91,6 +92,32 @@ class EngineCoreOutput:
 
 
 @dataclass
+class SpecDecodingStats:
+    """One update's drafts, summed over the requests that verified drafts in it."""
+
+    num_spec_tokens: int
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    num_accepted_tokens_per_pos: list[int] = field(default_factory=list)
+    num_draft_tokens_per_pos: list[int] = field(default_factory=list)
+
+    @classmethod
+    def new(cls, num_spec_tokens: int) -> SpecDecodingStats:
+        return cls(num_spec_tokens, 0, 0, 0, [0] * num_spec_tokens, [0] * num_spec_tokens)
+
+    def observe_draft(self, num_draft_tokens: int, num_accepted_tokens: int) -> None:
+        """One request's verified drafts: the first ``num_accepted_tokens`` positions hit."""
+        self.num_drafts += 1
+        self.num_draft_tokens += num_draft_tokens
+        self.num_accepted_tokens += num_accepted_tokens
+        for pos in range(num_accepted_tokens):
+            self.num_accepted_tokens_per_pos[pos] += 1
+        for pos in range(num_draft_tokens):
+            self.num_draft_tokens_per_pos[pos] += 1
+
+
+@dataclass
 class SchedulerStats:
     num_running_reqs: int = 0
     num_waiting_reqs: int = 0
@@ -100,6 +127,8 @@ class SchedulerStats:
     connector_prefix_cache_stats: PrefixCacheStats | None = None
     # Waiting requests deferred by a transient constraint (num_waiting_reqs excludes them).
     num_skipped_waiting_reqs: int = 0
+    # With speculative decoding: the drafts this update verified (None when it verified none).
+    spec_decoding_stats: SpecDecodingStats | None = None
 
 
 @dataclass

@@ -44,6 +44,7 @@ from explorer.core.sched.output import (
     ModelRunnerOutput,
     SchedulerOutput,
     SchedulerStats,
+    SpecDecodingStats,
 )
 from explorer.core.sched.request_steps import RequestSteps
 from explorer.core.sched.utils import check_stop
@@ -280,6 +281,7 @@ class Scheduler(WaitingPass, FinishAndReset):
                 kv_output.invalid_block_ids, scheduler_output.num_scheduled_tokens
             )
         outputs: list[EngineCoreOutput] = []
+        spec_decoding_stats: SpecDecodingStats | None = None
         stopped_running_reqs: list[Request] = []
         stopped_preempted_reqs: list[Request] = []
         for req_id, num_tokens_scheduled in scheduler_output.num_scheduled_tokens.items():
@@ -301,7 +303,9 @@ class Scheduler(WaitingPass, FinishAndReset):
 
             req_index = model_runner_output.req_id_to_index[req_id]
             new_token_ids = sampled_token_ids[req_index] if sampled_token_ids else []
-            self._roll_back_rejected(request, scheduler_output, new_token_ids, output_is_stale)
+            spec_decoding_stats = self._roll_back_rejected(
+                request, scheduler_output, new_token_ids, output_is_stale, spec_decoding_stats
+            )
             status_before_stop = request.status
             stopped = False
             if new_token_ids:
@@ -348,7 +352,7 @@ class Scheduler(WaitingPass, FinishAndReset):
             events.extend(self.connector.take_events())
         if events:
             self.kv_event_publisher.publish(KVEventBatch(ts=self.clock(), events=list(events)))
-        return EngineCoreOutputs(outputs, self.make_stats())
+        return EngineCoreOutputs(outputs, self.make_stats(spec_decoding_stats))
 
     def _update_request_with_output(
         self, request: Request, new_token_ids: list[int], is_stale: bool = False
@@ -365,7 +369,7 @@ class Scheduler(WaitingPass, FinishAndReset):
                 break
         return new_token_ids, stopped
 
-    def make_stats(self) -> SchedulerStats | None:
+    def make_stats(self, spec_decoding_stats: SpecDecodingStats | None = None) -> SchedulerStats | None:
         """The step's stats; the prefix-cache counters restart after each (L2859-2902)."""
         prefix_cache_stats = self.kv_cache_manager.make_prefix_cache_stats()
         if prefix_cache_stats is None:
@@ -377,5 +381,11 @@ class Scheduler(WaitingPass, FinishAndReset):
         num_deferred = len(self.deferred_waiting)
         usage = self.kv_cache_manager.usage
         return SchedulerStats(
-            num_running, num_waiting - num_deferred, usage, prefix_cache_stats, connector_stats, num_deferred
+            num_running,
+            num_waiting - num_deferred,
+            usage,
+            prefix_cache_stats,
+            connector_stats,
+            num_deferred,
+            spec_decoding_stats,
         )

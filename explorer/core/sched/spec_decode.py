@@ -27,7 +27,7 @@ from explorer.core.errors import ConfigError
 from explorer.core.kv_cache_manager import KVCacheManager
 from explorer.core.kv_cache_observer import KVCacheObserver
 from explorer.core.request import Request
-from explorer.core.sched.output import SchedulerOutput
+from explorer.core.sched.output import SchedulerOutput, SpecDecodingStats
 from explorer.core.sched.request_steps import RequestSteps
 from explorer.core.sched.speculative import SpeculativeConfig
 
@@ -136,13 +136,20 @@ class SpecDecodeMixin:
     # ---- update --------------------------------------------------------------------------
 
     def _roll_back_rejected(
-        self, request: Request, scheduler_output: SchedulerOutput, generated: list[int], is_stale: bool
-    ) -> None:
+        self,
+        request: Request,
+        scheduler_output: SchedulerOutput,
+        generated: list[int],
+        is_stale: bool,
+        stats: SpecDecodingStats | None,
+    ) -> SpecDecodingStats | None:
         """Rejected drafts leave ``num_computed_tokens`` (scheduler.py:2051-2069): the model
-        returns the accepted drafts plus one bonus token."""
+        returns the accepted drafts plus one bonus token. The update's `SpecDecodingStats`
+        (made at its first verified request, with stats logged) observe each request's drafts,
+        placeholders and stale outputs included (make_spec_decoding_stats)."""
         spec = scheduler_output.scheduled_spec_decode_tokens.get(request.request_id)
         if not spec or not generated:
-            return
+            return stats
         num_accepted = max(len(generated) - 1, 0)
         num_rejected = len(spec) - num_accepted
         if not is_stale:
@@ -150,10 +157,14 @@ class SpecDecodeMixin:
                 request.num_computed_tokens -= num_rejected
             if request.num_output_placeholders > 0:
                 request.num_output_placeholders -= num_rejected
+        if self.kv_cache_manager.log_stats:
+            stats = stats or SpecDecodingStats.new(self.num_spec_tokens)
+            stats.observe_draft(len(spec), num_accepted)
         if self.observer is not None:
             self.observer.on_drafts_verified(
                 request.request_id, len(spec), num_accepted, is_placeholder(spec), request.num_computed_tokens
             )
+        return stats
 
     def update_draft_token_ids(self, draft_token_ids: DraftTokenIds) -> None:
         """The drafter's proposals become the requests' next drafts; a prefill chunk or a

@@ -186,3 +186,30 @@ def test_drafts_cut_by_the_budget_and_a_draft_model_costs_a_slot():
         "A": [11, 12, 13, 14],
         "B": [21, 22, 23],
     }
+
+
+def test_each_update_reports_its_verified_drafts_in_spec_decoding_stats():
+    """vLLM's make_spec_decoding_stats: one observation per request that verified drafts in the
+    update (placeholders included), summed; None for an update that verified none."""
+    core, mgr, log, hasher = _engine()
+    core.add_request(Request("R", list(range(30)), hasher, max_tokens=20), list(range(500, 520)), [2, 0, 3])
+    got = []
+    for _ in range(4):
+        stats = core.step_fn().engine_core_outputs.scheduler_stats
+        assert stats is not None
+        sd = stats.spec_decoding_stats
+        got.append(None if sd is None else (sd.num_drafts, sd.num_draft_tokens, sd.num_accepted_tokens))
+        if sd is not None:
+            assert sd.num_spec_tokens == 3 and sd.num_draft_tokens_per_pos == [1, 1, 1]
+            assert sum(sd.num_accepted_tokens_per_pos) == sd.num_accepted_tokens
+    assert got == [None, (1, 3, 2), (1, 3, 0), (1, 3, 3)]
+
+    core, mgr, log, hasher = _engine(method="draft_model", k=3, budget=9)
+    core.add_request(Request("A", [100, 101, 102], hasher, max_tokens=9), list(range(10, 19)), [3])
+    core.add_request(Request("B", [200, 201, 202], hasher, max_tokens=9), list(range(20, 29)), [3])
+    core.step_fn()
+    stats = core.step_fn().engine_core_outputs.scheduler_stats
+    assert stats is not None and stats.spec_decoding_stats is not None
+    sd = stats.spec_decoding_stats
+    assert (sd.num_drafts, sd.num_draft_tokens, sd.num_accepted_tokens) == (2, 5, 5)
+    assert sd.num_accepted_tokens_per_pos == [2, 2, 1] and sd.num_draft_tokens_per_pos == [2, 2, 1]
