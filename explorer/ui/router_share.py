@@ -22,7 +22,7 @@ def share(cfg: FleetConfig) -> None:
             if st.query_params.get("fleet") != token:
                 st.query_params["fleet"] = token
             st.caption("The page's address now carries this setup (?fleet=...); copy it from the browser.")
-            st.code(f"?fleet={token}", language=None)
+            st.code(f"?fleet={token}", language=None, wrap_lines=True)
         st.download_button(
             "Download the fleet file",
             cfg.to_toml().encode(),
