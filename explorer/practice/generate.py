@@ -8,6 +8,7 @@ Kinds of question:
 - ``admission``: does allocate_slots admit this request?
 - ``mistake``: a common interview mistake, shown by a scenario where it gives a wrong number.
 - ``eagle_hit``: how many tokens does this admission hit with EAGLE speculative decoding on?
+- ``hybrid_hit``: how many tokens does this admission hit with full-attention and sliding-window groups?
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from explorer.practice.allocation import q_admission, q_hashed_this_step
 from explorer.practice.external import q_async_load_events, q_external_hit
 from explorer.practice.free_queue import q_free_queue, q_next_evicted
 from explorer.practice.hits import q_hit_length, q_mistake
+from explorer.practice.hybrid import q_hybrid_hit
 from explorer.practice.question import KINDS, MAX_SEED, Question
 from explorer.practice.spec_decode import q_eagle_hit
 
@@ -32,6 +34,7 @@ GENERATORS: dict[str, Callable[[int], Question]] = {
     "external_hit": q_external_hit,
     "async_load_events": q_async_load_events,
     "eagle_hit": q_eagle_hit,
+    "hybrid_hit": q_hybrid_hit,
 }
 
 

@@ -26,6 +26,7 @@ KINDS: tuple[str, ...] = (
     "external_hit",
     "async_load_events",
     "eagle_hit",
+    "hybrid_hit",
 )
 
 KIND_LABELS: dict[str, str] = {
@@ -38,6 +39,7 @@ KIND_LABELS: dict[str, str] = {
     "external_hit": "Predict the external hit after the local hit",
     "async_load_events": "Predict what an async load emits, and when",
     "eagle_hit": "Predict the hit with EAGLE on",
+    "hybrid_hit": "Predict the reconciled hit of a hybrid model",
 }
 
 MAX_SEED = 999_999

@@ -24,6 +24,7 @@ def test_every_kind_generates_and_its_answer_is_the_replay(kind):
             "hit_length": step.hit_tokens,
             "mistake": step.hit_tokens,
             "eagle_hit": step.hit_tokens,
+            "hybrid_hit": step.hit_tokens,
             "next_evicted": step.evicted[0][0] if step.evicted else None,
             "free_queue": list(step.snapshot.free_queue),
             "hashed_this_step": [c.block_id for c in step.cached],
@@ -199,3 +200,16 @@ def test_the_eagle_hit_is_the_walk_less_its_last_block():
             drops += 1
             assert any("EAGLE drops the last" in line for line in q.explanation)
     assert drops >= 15
+
+
+def test_the_hybrid_hit_is_the_fixed_point_every_group_accepts():
+    differ = 0
+    for seed in range(30):
+        q = generate(seed, "hybrid_hit")
+        step = q.asked_step()
+        (gl,) = [g for g in step.group_lookups if g.request_id == "B"]
+        assert q.answer == gl.hit_tokens <= min(gl.group_hit_tokens), seed
+        assert q.scenario.groups is not None and q.lesson == "16_sliding_window"
+        assert any(f"settles after {gl.num_passes} pass" in line for line in q.explanation)
+        differ += len(set(gl.group_hit_tokens)) > 1
+    assert differ > 0, "no question where the groups disagree: the fixed point would go untested"
