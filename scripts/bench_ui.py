@@ -127,8 +127,10 @@ def bench_next(browser, url: str, runs: int, lesson: str = "00_two_chat_turns", 
 
 
 def _pick_lesson(page, stem: str) -> None:
+    from explorer.ui.lesson_files import lesson_title
+
     page.locator('[class*="st-key-px_w_lesson__"]').first.click()
-    page.get_by_role("option", name=stem).first.click()
+    page.get_by_role("option", name=lesson_title(stem), exact=True).first.click()
 
 
 def bench_lesson(browser, url: str, runs: int) -> tuple[list[float], list[float]]:
