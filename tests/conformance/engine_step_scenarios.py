@@ -13,6 +13,7 @@ Standard library only: the driver (in vLLM's virtualenv) imports this file too, 
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 import tomllib
@@ -201,6 +202,13 @@ def _draw_groups(rng: random.Random, block_size: int) -> dict[str, Any]:
     lcm = math.lcm(*(g.get("block_size", block_size) for g in groups))
     out["prefix_cache_retention_interval"] = rng.choice((0, 0, "dense", lcm * rng.randint(1, 3)))
     return out
+
+
+def under_both_schedulers(raw: dict[str, Any]) -> list[dict[str, Any]]:
+    """A raw engine-step scenario as drawn and a copy of it under the other scheduler."""
+    other = copy.deepcopy(raw)
+    other["engine"]["scheduler"] = "sync" if raw["engine"]["scheduler"] == "async" else "async"
+    return [raw, other]
 
 
 def random_raw_scenario(seed: int, hybrid: bool = False) -> dict[str, Any]:

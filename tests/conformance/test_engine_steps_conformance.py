@@ -10,14 +10,13 @@ generator, each under both schedulers. A missing vLLM fails, as the whole tier d
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import pytest
 
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario, parse_scenario_dict
-from tests.conformance.engine_step_scenarios import random_raw_scenario
+from tests.conformance.engine_step_scenarios import random_raw_scenario, under_both_schedulers
 from tests.conformance.oracle import compare
 from tests.conformance.sched_oracle import golden_paths, read_expected
 
@@ -35,10 +34,7 @@ def ours(scenario) -> dict:
 
 def both_schedulers(seed: int) -> list[dict]:
     """The generator's scenario for ``seed``, as drawn and under the other scheduler."""
-    raw = random_raw_scenario(seed)
-    other = copy.deepcopy(raw)
-    other["engine"]["scheduler"] = "sync" if raw["engine"]["scheduler"] == "async" else "async"
-    return [raw, other]
+    return under_both_schedulers(random_raw_scenario(seed))
 
 
 def test_there_are_goldens_for_both_schedulers():

@@ -15,7 +15,6 @@ KVCacheManager (spec part 2 rule 70's recipe, in ``vllm_driver.py``).
 
 from __future__ import annotations
 
-import copy
 import threading
 
 import pytest
@@ -29,7 +28,7 @@ from explorer.core.sched.request_steps import RequestSteps
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import parse_scenario_dict
 from explorer.scenario.randgen import random_scenario
-from tests.conformance.engine_step_scenarios import random_raw_scenario
+from tests.conformance.engine_step_scenarios import random_raw_scenario, under_both_schedulers
 from tests.conformance.oracle import compare
 from tests.conformance.test_conformance import _report, _vllm_seed
 
@@ -165,10 +164,7 @@ ENGINE_STEP_SEEDS = range(150)
 
 
 def _both_schedulers_hybrid(seed: int) -> list[dict]:
-    raw = random_raw_scenario(seed, hybrid=True)
-    other = copy.deepcopy(raw)
-    other["engine"]["scheduler"] = "sync" if raw["engine"]["scheduler"] == "async" else "async"
-    return [raw, other]
+    return under_both_schedulers(random_raw_scenario(seed, hybrid=True))
 
 
 @pytest.fixture(scope="module")

@@ -12,14 +12,13 @@ missing vLLM fails, as the whole tier does.
 
 from __future__ import annotations
 
-import copy
 from collections import Counter
 
 import pytest
 
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import parse_scenario_dict
-from tests.conformance.engine_step_scenarios import random_offloading_raw_scenario
+from tests.conformance.engine_step_scenarios import random_offloading_raw_scenario, under_both_schedulers
 from tests.conformance.oracle import compare
 from tests.conformance.sched_oracle import golden_paths
 
@@ -31,10 +30,7 @@ SEEDS = range(120)
 def scenarios() -> list:
     out = []
     for seed in SEEDS:
-        raw = random_offloading_raw_scenario(seed)
-        other = copy.deepcopy(raw)
-        other["engine"]["scheduler"] = "sync" if raw["engine"]["scheduler"] == "async" else "async"
-        for r in (raw, other):
+        for r in under_both_schedulers(random_offloading_raw_scenario(seed)):
             out.append(parse_scenario_dict(r, f"random offloading seed {seed} ({r['engine']['scheduler']})"))
     return out
 
