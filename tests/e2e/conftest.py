@@ -18,6 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from explorer.scenario.engine import replay
+from explorer.scenario.parse import load_scenario
+from explorer.scenario.trace import Step
+
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -134,6 +138,23 @@ def wait_idle(page) -> None:
     page.locator(IDLE).wait_for(timeout=90_000)
     # widgets whose frontend code is still loading show as skeletons for a moment
     page.wait_for_function("() => !document.querySelector('[data-testid=\"stSkeleton\"]')", timeout=90_000)
+
+
+def step_through_lesson(page, app_url: str, stem: str) -> Iterator[tuple[int, Step]]:
+    """Open lesson ``stem`` in the explorer and press Next to its end: (k, step k's record)
+    once step k is drawn and idle. The page is left at the last step."""
+    from playwright.sync_api import expect
+
+    trace = replay(load_scenario(REPO / "lessons" / f"{stem}.toml"))
+    n = len(trace.steps)
+    page.goto(f"{app_url}/?lesson={stem}")
+    expect(page.locator(".px-now .px-headline")).to_contain_text(f"Step 0 of {n}", timeout=90_000)
+    wait_idle(page)
+    for k, step in enumerate(trace.steps, start=1):
+        page.locator(".st-key-px_b_next button").first.click()
+        expect(page.locator(".px-now .px-headline")).to_contain_text(f"Step {k} of {n}", timeout=90_000)
+        wait_idle(page)
+        yield k, step
 
 
 def shot(page, name: str, full: bool = False) -> Path:

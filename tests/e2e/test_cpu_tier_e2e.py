@@ -7,27 +7,15 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from explorer.scenario.engine import replay
-from explorer.scenario.parse import load_scenario
-from tests.e2e.conftest import REPO, shot, wait_idle
+from tests.e2e.conftest import shot, step_through_lesson
 
 pytestmark = pytest.mark.e2e
-
-LESSON = REPO / "lessons" / "19_cpu_offloading.toml"
 
 
 def test_step_the_offloading_lesson_to_the_end(px_page, px_app_url):
     page = px_page
-    trace = replay(load_scenario(LESSON))
-    n = len(trace.steps)
-    page.goto(f"{px_app_url}/?lesson=19_cpu_offloading")
-    expect(page.locator(".px-now .px-headline")).to_contain_text(f"Step 0 of {n}", timeout=90_000)
-    wait_idle(page)
     seen = set()
-    for k in range(1, n + 1):
-        page.locator(".st-key-px_b_next button").first.click()
-        expect(page.locator(".px-now .px-headline")).to_contain_text(f"Step {k} of {n}", timeout=90_000)
-        wait_idle(page)
+    for k, _ in step_through_lesson(page, px_app_url, "19_cpu_offloading"):
         for attr, key in (("cpu-store", "pxCpuStore"), ("cpu-load", "pxCpuLoad")):
             ids = page.locator(f"[data-px-{attr}]").evaluate_all(f"els => els.map(e => e.dataset.{key})")
             seen.update(f"{attr}:{i}" for i in ids)

@@ -7,26 +7,14 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from explorer.scenario.engine import replay
-from explorer.scenario.parse import load_scenario
-from tests.e2e.conftest import REPO, shot, wait_idle
+from tests.e2e.conftest import shot, step_through_lesson
 
 pytestmark = pytest.mark.e2e
-
-LESSON = REPO / "lessons" / "17_speculative_decoding.toml"
 
 
 def test_step_the_speculative_decoding_lesson_to_the_end(px_page, px_app_url):
     page = px_page
-    trace = replay(load_scenario(LESSON))
-    n = len(trace.steps)
-    page.goto(f"{px_app_url}/?lesson=17_speculative_decoding")
-    expect(page.locator(".px-now .px-headline")).to_contain_text(f"Step 0 of {n}", timeout=90_000)
-    wait_idle(page)
-    for k, step in enumerate(trace.steps, start=1):
-        page.locator(".st-key-px_b_next button").first.click()
-        expect(page.locator(".px-now .px-headline")).to_contain_text(f"Step {k} of {n}", timeout=90_000)
-        wait_idle(page)
+    for k, step in step_through_lesson(page, px_app_url, "17_speculative_decoding"):
         dropped = page.locator("[data-px-eagle-drop]").evaluate_all("els => els.map(e => e.dataset.pxEagleDrop)")
         assert dropped == [str(b) for _, b in step.eagle_dropped], k
         drafts = page.locator("[data-px-drafts]").evaluate_all("els => els.map(e => e.dataset.pxDrafts)")
