@@ -14,7 +14,7 @@ from collections.abc import Callable
 from explorer.core.kv_cache_observer import AdmissionCheck
 from explorer.scenario.trace import Step, Trace
 from explorer.ui.explain import step as manager_step
-from explorer.ui.explain.records import PANEL_ORDER, PANEL_TITLES, Now, Panel
+from explorer.ui.explain.records import PANEL_TITLES, Now, Panel, panels_in_order
 from explorer.ui.explain.refs import REFS, Ref
 from explorer.ui.explain.request_panels import hashing_panel
 from explorer.ui.explain.words import blocks_text, counted
@@ -262,11 +262,4 @@ _BUILDERS: dict[str, Callable[[Trace, int], Panel | None]] = {
 
 def panels(trace: Trace, k: int) -> list[Panel]:
     """The phase panels of step k of an engine-step scenario, in reading order."""
-    if k <= 0:
-        return []
-    out = []
-    for key in PANEL_ORDER:
-        p = _BUILDERS[key](trace, k)
-        if p is not None:
-            out.append(p)
-    return out
+    return panels_in_order(_BUILDERS, trace, k)

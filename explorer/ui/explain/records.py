@@ -3,9 +3,14 @@ strip) and the NOW line of a step."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from explorer.ui.explain.refs import Ref
+
+if TYPE_CHECKING:
+    from explorer.scenario.trace import Trace
 
 PANEL_TITLES = {
     "hashing": "Hashing",
@@ -41,3 +46,11 @@ class Now:
     @property
     def text(self) -> str:
         return " ".join(self.sentences)
+
+
+def panels_in_order(builders: Mapping[str, Callable[[Trace, int], Panel | None]], trace: Trace, k: int) -> list[Panel]:
+    """The panels of step k (1-based) in PANEL_ORDER, each built by ``builders[key]``; only those
+    whose phase happened in the step (a builder returns None otherwise)."""
+    if k <= 0:
+        return []
+    return [p for key in PANEL_ORDER if (p := builders[key](trace, k)) is not None]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from explorer.scenario.trace import Trace
 from explorer.ui.explain.pool_panels import allocate_panel, caching_panel, eviction_panel, free_panel
-from explorer.ui.explain.records import PANEL_ORDER, Now, Panel
+from explorer.ui.explain.records import Now, Panel, panels_in_order
 from explorer.ui.explain.refs import REFS, Ref
 from explorer.ui.explain.request_panels import hashing_panel, lookup_panel
 from explorer.ui.explain.words import blocks_text, counted, request_at, tail_words
@@ -26,14 +26,7 @@ _BUILDERS = {
 
 def panels(trace: Trace, k: int) -> list[Panel]:
     """The panels of step k (1-based), in reading order; only those whose step happened."""
-    if k <= 0:
-        return []
-    out = []
-    for key in PANEL_ORDER:
-        p = _BUILDERS[key](trace, k)
-        if p is not None:
-            out.append(p)
-    return out
+    return panels_in_order(_BUILDERS, trace, k)
 
 
 def now(trace: Trace, k: int) -> Now:
