@@ -12,7 +12,8 @@ from explorer.ui.explain import engine_step as explain
 from explorer.ui.explain.records import PANEL_TITLES
 from explorer.ui.explain.refs import Ref
 from explorer.ui.external_tier_panel import external_tier_panel
-from explorer.ui.text import esc, paragraph
+from explorer.ui.html_block import html_block
+from explorer.ui.text import esc, paragraph_html
 from explorer.viz.engine_step_html import (
     batch_table_html,
     budget_bar_html,
@@ -53,12 +54,12 @@ def batch_panel(trace: Trace, k: int) -> None:
         (explain.ENGINE_REFS["async_placeholders"],) if async_sched else ()
     )
     with st.container(border=True, key="px_panel_batch"):
-        st.html(
+        body = (
             f'<div class="px-panel-head" data-px-panel="batch">Batch · {esc(sched.scheduler)} scheduler, '
             f"max_num_batched_tokens = {sched.max_num_batched_tokens:,}, max_num_seqs = {sched.max_num_seqs:,}</div>"
             f'<div class="px-refs">{_refs_line(refs)}</div>'
         )
-        body = budget_bar_html(es.batch, kinds, sched.max_num_batched_tokens)
+        body += budget_bar_html(es.batch, kinds, sched.max_num_batched_tokens)
         body += batch_table_html(es.batch, kinds, es, async_sched)
         if async_sched:
             flight = in_flight_html(es.batch, before, after, trace.scenario.engine.block_size)
@@ -71,13 +72,13 @@ def batch_panel(trace: Trace, k: int) -> None:
         body += preempted_html(es.preemption_reasons, failed, step.preempted)
         body += finished_html(es.finished)
         body += '<div class="px-rowlabel"><b>The KV event batch of this step</b></div>' + event_batch_html(step.events)
-        st.html(body)
+        html_block(body, "px_html_batch")
 
 
 def phase_panels(trace: Trace, k: int, changed: set[int], selected: int | None) -> None:
     """The batch, then the phase panels of an engine step (only those whose records exist)."""
     panels = explain.panels(trace, k)
-    st.html(phase_strip_html({p.key: p.summary for p in panels}, PANEL_TITLES))
+    html_block(phase_strip_html({p.key: p.summary for p in panels}, PANEL_TITLES), "px_html_strip")
     step = trace.steps[k - 1]
     if step.op.op == "step":
         batch_panel(trace, k)
@@ -88,23 +89,20 @@ def phase_panels(trace: Trace, k: int, changed: set[int], selected: int | None) 
         if not external_drawn and p.key not in ("hashing", "lookup"):
             external_drawn = external_tier_panel(trace, k) or True
         with st.container(border=True, key=f"px_panel_{p.key}"):
-            st.html(
+            body = (
                 f'<div class="px-panel-head" data-px-panel="{p.key}">{p.number} · {esc(p.title)}</div>'
-                f'<div class="px-refs">{_refs_line(p.refs)}</div>'
+                f'<div class="px-refs">{_refs_line(p.refs)}</div>' + paragraph_html(p.text)
             )
-            paragraph(p.text)
-            body = ""
             if p.key == "lookup" and step.lookup is not None:
-                body = lookup_html(step, step.lookup.num_tokens // eng.block_size, eng.block_size)
+                body += lookup_html(step, step.lookup.num_tokens // eng.block_size, eng.block_size)
             elif p.key == "allocate":
-                body = allocate_html(step, before, after, changed, selected)
+                body += allocate_html(step, before, after, changed, selected)
             elif p.key == "caching":
-                body = caching_html(step, after, changed, selected, eng.int_block_hashes)
+                body += caching_html(step, after, changed, selected, eng.int_block_hashes)
             elif p.key == "free":
-                body = free_html(step, after, changed, selected)
+                body += free_html(step, after, changed, selected)
             elif p.key == "eviction":
-                body = eviction_html(step, before, after, changed, selected, eng.int_block_hashes)
-            if body:
-                st.html(body)
+                body += eviction_html(step, before, after, changed, selected, eng.int_block_hashes)
+            html_block(body, f"px_html_panel_{p.key}")
     if not external_drawn:
         external_tier_panel(trace, k)

@@ -19,8 +19,9 @@ from explorer.ui.explain.words import counted
 from explorer.ui.explorer_callbacks import close_history, on_block, on_strip_select
 from explorer.ui.explorer_session import W_BLOCK
 from explorer.ui.history import block_history
+from explorer.ui.html_block import html_block
 from explorer.ui.metrics_panel import metrics_panel
-from explorer.ui.text import esc, paragraph, warning
+from explorer.ui.text import caption_html, esc, heading_html, paragraph_html, warning
 from explorer.viz.chips import grid_mode, legend_html, snap_chip
 from explorer.viz.figures import heat_strip
 from explorer.viz.panels_html import (
@@ -78,9 +79,10 @@ def now_box(trace: Trace, k: int, base_ops: int) -> None:
     failures: tuple[str, ...] = ()
     if k > 0:
         extra, failures = _note_and_checks(trace.steps[k - 1])
-    st.html(
+    html_block(
         f'<div class="px-now" data-px-now="{k}"><div class="px-headline">Step {k} of {n}: {esc(now.headline)}{origin}</div>'
-        f'<div class="px-refs">{_refs_line(now.refs)}</div><div class="px-now-text">{esc(now.text)}</div>{extra}</div>'
+        f'<div class="px-refs">{_refs_line(now.refs)}</div><div class="px-now-text">{esc(now.text)}</div>{extra}</div>',
+        "px_html_now",
     )
     for f in failures:
         warning(f"Lesson check failed: {f}")
@@ -109,7 +111,7 @@ def phase_panels(trace: Trace, k: int, changed: set[int], selected: int | None) 
         groups_panel.step_panel(trace, k)
         return
     panels = explain.panels(trace, k)
-    st.html(phase_strip_html({p.key: p.summary for p in panels}, PANEL_TITLES))
+    html_block(phase_strip_html({p.key: p.summary for p in panels}, PANEL_TITLES), "px_html_strip")
     if k == 0:
         return
     step = trace.steps[k - 1]
@@ -119,11 +121,10 @@ def phase_panels(trace: Trace, k: int, changed: set[int], selected: int | None) 
     ints = eng.int_block_hashes
     for p in panels:
         with st.container(border=True, key=f"px_panel_{p.key}"):
-            st.html(
+            head = (
                 f'<div class="px-panel-head" data-px-panel="{p.key}">{p.number} · {esc(p.title)}</div>'
-                f'<div class="px-refs">{_refs_line(p.refs)}</div>'
+                f'<div class="px-refs">{_refs_line(p.refs)}</div>' + paragraph_html(p.text)
             )
-            paragraph(p.text)
             body = ""
             if p.key == "hashing" and eng.enable_prefix_caching:
                 rid = step.op.id
@@ -133,10 +134,13 @@ def phase_panels(trace: Trace, k: int, changed: set[int], selected: int | None) 
                 parent = None
                 if step.hashed and step.hashed[0].index > 0 and req is not None:
                     parent = req.block_hashes[step.hashed[0].index - 1]
-                st.html(hashing_html(step, trace.none_hash, parent, n, bs, ints, _snippets(step)))
+                html_block(
+                    head + hashing_html(step, trace.none_hash, parent, n, bs, ints, _snippets(step)), f"px_html_panel_{p.key}"
+                )
+                head = ""
                 if len(step.hashed) > 1:
                     with st.expander(f"All {len(step.hashed):,} digests in full"):
-                        st.html(digest_table_html(step.hashed, ints))
+                        html_block(digest_table_html(step.hashed, ints), "px_html_digests")
             elif p.key == "lookup" and step.lookup is not None:
                 body = lookup_html(step, step.lookup.num_tokens // bs, bs)
             elif p.key == "allocate":
@@ -147,8 +151,8 @@ def phase_panels(trace: Trace, k: int, changed: set[int], selected: int | None) 
                 body = free_html(step, after, changed, selected)
             elif p.key == "eviction":
                 body = eviction_html(step, before, after, changed, selected, ints)
-            if body:
-                st.html(body)
+            if head or body:
+                html_block(head + body, f"px_html_panel_{p.key}")
     groups_panel.step_panel(trace, k)
 
 
@@ -167,24 +171,17 @@ def _snippets(step) -> dict[int, str]:
         return {}
 
 
-def _h3(anchor: str, text: str) -> str:
-    return f'<h3 class="px-h3" id="{anchor}">{esc(text)}</h3>'
-
-
-def _cap(text: str) -> str:
-    return f'<div class="px-cap">{esc(text)}</div>'
-
-
 def state_views(trace: Trace, k: int, changed: set[int], selected: int | None) -> None:
     snap = trace.snapshot_at(k)
     prev = trace.snapshot_at(k - 1) if k > 0 else None
     step = trace.steps[k - 1] if k > 0 else None
     n = len(snap.blocks)
     # A heading, its caption and its HTML go out as one element: a step redraws fewer of them.
-    st.html(
-        _h3("pool", f"Block pool after step {k}" if k else "Block pool before step 1")
+    html_block(
+        heading_html("pool", f"Block pool after step {k}" if k else "Block pool before step 1")
         + legend_html()
-        + pool_summary_html(snap)
+        + pool_summary_html(snap),
+        "px_html_pool_head",
     )
     if grid_mode(n) == "strip":
         st.plotly_chart(
@@ -203,13 +200,14 @@ def state_views(trace: Trace, k: int, changed: set[int], selected: int | None) -
 
             ids = sorted(changed)
             chips = "".join(snap_chip(snap, b, changed, selected, "full") for b in ids) if len(ids) <= 60 else ""
-            st.html(
+            html_block(
                 f'<div class="px-row" data-px-changed="{len(ids)}"><span class="px-rowlabel">changed by this step ({len(ids):,} blocks):</span>'
                 + (chips or f"<code>{esc(id_ranges(ids)[1:-1])}</code>")
-                + "</div>"
+                + "</div>",
+                "px_html_changed",
             )
     else:
-        st.html(pool_grid_html(snap, changed, selected))
+        html_block(pool_grid_html(snap, changed, selected), "px_html_pool")
     c1, c2 = st.columns([1, 3], vertical_alignment="bottom")
     shown = selected if selected is not None and 0 <= selected < n else None
     wkey = bound.key(W_BLOCK, shown)
@@ -230,20 +228,24 @@ def state_views(trace: Trace, k: int, changed: set[int], selected: int | None) -
             hc1, hc2 = st.columns([6, 1])
             hc1.markdown(f"**History of block {selected}** (every step of the scenario; later steps greyed)")
             hc2.button("Close", on_click=close_history, key="px_b_close_hist")
-            st.html(history_html(block_history(trace, selected), k))
+            html_block(history_html(block_history(trace, selected), k), "px_html_history")
 
-    st.html(
-        _h3("free-queue", "Free queue")
-        + _cap(
+    html_block(
+        heading_html("free-queue", "Free queue")
+        + caption_html(
             f"{snap.num_free_blocks:,} free blocks. get_new_blocks pops from the head; free_blocks puts unhashed blocks at the head and hashed ones at the tail."
         )
-        + free_queue_html(snap, changed, selected)
+        + free_queue_html(snap, changed, selected),
+        "px_html_free_queue",
     )
 
     groups_panel.state_panel(trace, k)
     c1, c2 = st.columns([3, 2])
     with c1:
-        st.html(_h3("requests", "Requests and their block tables") + requests_html(snap, changed, selected))
+        html_block(
+            heading_html("requests", "Requests and their block tables") + requests_html(snap, changed, selected),
+            "px_html_requests",
+        )
     with c2:
         st.subheader("Metrics", anchor="metrics")
         _metrics(trace, k)
@@ -251,13 +253,16 @@ def state_views(trace: Trace, k: int, changed: set[int], selected: int | None) -
 
     c1, c2 = st.columns(2)
     with c1:
-        st.html(
-            _h3("hash-map", "Hash map")
-            + _cap(f"{len(snap.cached):,} hashes cached. One hash may map to several blocks: vLLM keeps duplicates.")
-            + hash_map_html(snap, step, prev, selected, int_hashes=trace.scenario.engine.int_block_hashes)
+        html_block(
+            heading_html("hash-map", "Hash map")
+            + caption_html(
+                f"{len(snap.cached):,} hashes cached. One hash may map to several blocks: vLLM keeps duplicates."
+            )
+            + hash_map_html(snap, step, prev, selected, int_hashes=trace.scenario.engine.int_block_hashes),
+            "px_html_hash_map",
         )
     with c2:
-        st.html(_h3("events", "KV event log") + event_log_html(trace, k))
+        html_block(heading_html("events", "KV event log") + event_log_html(trace, k), "px_html_events")
         if step is not None and step.events:
             with st.expander(f"This step's {len(step.events)} event(s) as vLLM's msgpack decodes them"):
                 from explorer.core.events import event_to_json
@@ -267,7 +272,10 @@ def state_views(trace: Trace, k: int, changed: set[int], selected: int | None) -
                     if isinstance(e.get("token_ids"), list) and len(e["token_ids"]) > 32:
                         e["token_ids"] = e["token_ids"][:16] + [f"... {len(e['token_ids'])} in all"]
                 # escaped text, not st.json: its viewer costs the browser more than the rest of the step
-                st.html(f'<pre class="px-json">{esc(json.dumps(evs, indent=1, ensure_ascii=False, default=str))}</pre>')
+                html_block(
+                    f'<pre class="px-json">{esc(json.dumps(evs, indent=1, ensure_ascii=False, default=str))}</pre>',
+                    "px_html_events_json",
+                )
 
 
 def _metrics(trace: Trace, k: int) -> None:
@@ -289,7 +297,8 @@ def _metrics(trace: Trace, k: int) -> None:
         explain.metrics_sentence(trace, k)
         + f" Preempted: {counted(s['preempted_requests'], 'request')}, {s['preempted_hits']:,} of {s['preempted_queries']:,} tokens hit."
     )
-    st.html(
+    html_block(
         f'<div class="px-refs">{_refs_line((REFS["record_stats"], REFS["prefix_cache_stats"], REFS["caching_metrics"]))}</div>'
+        + svg_img(hit_rate_svg(trace, k), f"Hit rate after each step, total and windowed; step {k} marked."),
+        "px_html_hit_rate",
     )
-    st.html(svg_img(hit_rate_svg(trace, k), f"Hit rate after each step, total and windowed; step {k} marked."))

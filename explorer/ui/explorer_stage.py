@@ -23,6 +23,7 @@ from explorer.ui.explorer_panels import click_component, now_box, phase_panels, 
 from explorer.ui.explorer_session import K_PLAYING, base_scenario, build_view, current_view, set_view
 from explorer.ui.explorer_stepper import SPEEDS, stepper
 from explorer.ui.history import changed_blocks
+from explorer.ui.html_block import html_block
 from explorer.ui.state import ViewState, to_query
 from explorer.ui.text import caption, error
 from explorer.viz.presenter_html import changed_html, free_html, metrics_html
@@ -103,8 +104,9 @@ def _presenter(trace: Trace, k: int, changed: set[int], selected: int | None, ba
     with left.container(key="px_pres_panel"):
         phase_panels(trace, k, changed, selected)
     with right.container(key="px_pres_state"):
-        st.html(
-            metrics_html(snap, prev) + changed_html(snap, changed, selected, k) + free_html(snap, changed, selected)
+        html_block(
+            metrics_html(snap, prev) + changed_html(snap, changed, selected, k) + free_html(snap, changed, selected),
+            "px_html_presenter_state",
         )
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import streamlit as st
 
 from explorer.scenario.trace import Trace
-from explorer.ui.text import esc, paragraph
+from explorer.ui.html_block import html_block
+from explorer.ui.text import esc, paragraph_html
 from explorer.viz.cpu_tier_html import cpu_tier_html, jobs_html
 from explorer.viz.external_tier_html import external_tier_html
 
@@ -43,12 +44,12 @@ def external_tier_panel(trace: Trace, k: int) -> bool:
         f"<span class='px-ref'>{esc(f)} <span class='px-loc'>{esc(loc)}</span></span>" for f, loc in all_refs
     )
     with st.container(border=True, key="px_panel_external"):
-        st.html(
+        head = (
             f'<div class="px-panel-head" data-px-panel="external">External tier · {esc(connector.kind)} connector, '
             f"{esc(setting)}, failure_policy = {esc(connector.failure_policy)}</div>"
             f'<div class="px-refs">{refs}</div>'
         )
-        paragraph(
+        text = paragraph_html(
             "After the local prefix-cache hit the scheduler asks the KV connector how many more tokens "
             "it holds, from the block-aligned hit on. An async load holds its blocks without hashes until "
             "the worker reports it done; a sync one counts its tokens as computed at once."
@@ -59,5 +60,5 @@ def external_tier_panel(trace: Trace, k: int) -> bool:
                 else ""
             )
         )
-        st.html(body)
+        html_block(head + text + body, "px_html_external")
     return True

@@ -6,7 +6,8 @@ from __future__ import annotations
 import streamlit as st
 
 from explorer.scenario.trace import Trace
-from explorer.ui.text import caption
+from explorer.ui.html_block import html_block
+from explorer.ui.text import caption_html, heading_html
 from explorer.viz.groups_html import (
     group_tables_html,
     lookup_html,
@@ -27,15 +28,17 @@ def step_panel(trace: Trace, k: int) -> None:
     if not step_has_groups(step):
         return
     with st.container(border=True, key="px_panel_groups"):
-        st.html('<div class="px-panel-head" data-px-panel="groups">KV cache groups</div>')
+        body = '<div class="px-panel-head" data-px-panel="groups">KV cache groups</div>'
         specs = groups.groups
-        for lookup in step.group_lookups:
-            st.html(lookup_html(lookup, specs))
+        body += "".join(lookup_html(lookup, specs) for lookup in step.group_lookups)
         if step.skipped_freed:
-            st.html(skipped_html(step.skipped_freed, trace.snapshot_at(k)))
+            body += skipped_html(step.skipped_freed, trace.snapshot_at(k))
         if step.retention:
-            caption("Caching in the window groups: ✓ gets a hash, – stays unhashed (a later hit cannot reach it).")
-            st.html(retention_html(step.retention))
+            body += caption_html(
+                "Caching in the window groups: ✓ gets a hash, – stays unhashed (a later hit cannot reach it)."
+            )
+            body += retention_html(step.retention)
+        html_block(body, "px_html_groups_step")
 
 
 def state_panel(trace: Trace, k: int) -> None:
@@ -45,11 +48,14 @@ def state_panel(trace: Trace, k: int) -> None:
     if groups is None:
         return
     snap = trace.snapshot_at(k)
-    st.subheader("Block tables by KV cache group", anchor="groups")
-    caption(
-        "One row per group. A window group's blocks left of its window are the null block (block 0): "
-        "they hold nothing a later token attends."
+    html_block(
+        heading_html("groups", "Block tables by KV cache group")
+        + caption_html(
+            "One row per group. A window group's blocks left of its window are the null block (block 0): "
+            "they hold nothing a later token attends."
+        )
+        + group_tables_html(snap, groups.groups),
+        "px_html_groups_tables",
     )
-    st.html(group_tables_html(snap, groups.groups))
     with st.expander("The pool coloured by group"):
-        st.html(pool_by_group_html(snap, groups.groups))
+        html_block(pool_by_group_html(snap, groups.groups), "px_html_groups_pool")

@@ -12,6 +12,7 @@ import streamlit as st
 
 from explorer.metrics.replay import points, promql, recorder_at, step_rates
 from explorer.scenario.trace import Trace
+from explorer.ui.html_block import html_block
 from explorer.ui.text import esc
 from explorer.viz.metrics_figs import by_source_figure, rates_figure
 
@@ -57,11 +58,12 @@ def metrics_panel(trace: Trace, k: int) -> None:
         help="sum(rate(hits[w])) / sum(rate(queries[w])): the hits added over the queries added in the range.",
     )
     if p is not None:
-        st.html(
+        html_block(
             f'<div class="px-metrics-now" data-px-metrics="{k}">'
             f"queries {p.queries:,} · hits {p.hits:,} · external queries {p.external_queries:,} · "
             f"external hits {p.external_hits:,} · preemptions {p.preemptions:,} · "
-            f"KV cache usage {p.kv_cache_usage:.1%} · running {p.running} · waiting {p.waiting}</div>"
+            f"KV cache usage {p.kv_cache_usage:.1%} · running {p.running} · waiting {p.waiting}</div>",
+            "px_html_metrics_now",
         )
     st.plotly_chart(rates_figure(pts, k, n), key="px_metrics_rates", config={"displayModeBar": False})
     st.plotly_chart(by_source_figure(pts, k), key="px_metrics_sources", config={"displayModeBar": False})

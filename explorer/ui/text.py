@@ -19,14 +19,17 @@ from explorer.viz.text import check_text, clean, esc, md
 __all__ = [
     "alert",
     "caption",
+    "caption_html",
     "check_text",
     "clean",
     "error",
     "esc",
+    "heading_html",
     "info",
     "label",
     "md",
     "paragraph",
+    "paragraph_html",
     "success",
     "toast",
     "warning",
@@ -68,6 +71,23 @@ def paragraph(text: object) -> None:
     """A paragraph of plain text (newlines kept as line breaks)."""
     lines = md(text).split("\n")
     st.markdown("  \n".join(line.lstrip() for line in lines))
+
+
+def paragraph_html(text: object) -> str:
+    """``paragraph`` as HTML (escaped, newlines kept as line breaks), for a block of the stage
+    drawn with explorer.ui.html_block together with the markup around it."""
+    lines = esc(text).split("\n")
+    return '<p class="px-p">' + "<br>".join(line.lstrip() for line in lines) + "</p>"
+
+
+def caption_html(text: object) -> str:
+    """``caption`` as HTML, for a block of the stage drawn with explorer.ui.html_block."""
+    return f'<div class="px-cap">{esc(text)}</div>'
+
+
+def heading_html(anchor: str, text: object) -> str:
+    """A section heading (``st.subheader`` with an anchor) as HTML, for explorer.ui.html_block."""
+    return f'<h3 class="px-h3" id="{esc(anchor)}">{esc(text)}</h3>'
 
 
 def toast(text: object, **kwargs: Any) -> None:

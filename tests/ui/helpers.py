@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import importlib
+import json
 import re
 from html import unescape
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
+
+from explorer.ui.html_block import COMPONENT as HTML_BLOCK
 
 # A page run on its own is its own main script, and Streamlit puts the script's folder first on
 # sys.path while it runs; there explorer/ui/pages/explorer.py would shadow the explorer package,
@@ -48,7 +51,22 @@ def hash_page(timeout: float = 60) -> AppTest:
 
 
 def html_bodies(at: AppTest) -> list[str]:
-    return [h.value for h in at.html]
+    """Every HTML body the page drew, in page order: ``st.html``'s and the stage's HTML blocks
+    (explorer.ui.html_block, a component whose data is the body)."""
+    out: list[str] = []
+
+    def walk(node) -> None:
+        children = getattr(node, "children", None)
+        if children is not None:
+            for child in children.values():
+                walk(child)
+        elif getattr(node, "type", "") == "html":
+            out.append(node.value)
+        elif getattr(node, "type", "") == "bidi_component" and node.proto.component_name == HTML_BLOCK:
+            out.append(json.loads(node.proto.json))
+
+    walk(at._tree)
+    return out
 
 
 def all_html(at: AppTest) -> str:
@@ -71,7 +89,10 @@ def bound(at: AppTest, kind: str, name: str):
 
 
 def markdown_text(at: AppTest) -> str:
-    return "\n".join(plain(m.value) for m in at.markdown)
+    """The page's Markdown and its HTML blocks as text (tags stripped): the stage draws a
+    panel's paragraph inside the panel's HTML block."""
+    html = (unescape(re.sub(r"<[^>]+>", " ", re.sub(r"<br>", "\n", b))) for b in html_bodies(at))
+    return "\n".join([plain(m.value) for m in at.markdown] + list(html))
 
 
 def now_text(at: AppTest) -> str:

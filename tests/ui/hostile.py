@@ -3,8 +3,8 @@
 Every hostile string names the host ``evil.test`` (or a ``javascript:`` URL); the app never puts
 either on a page itself. `check_page` walks every element an AppTest run drew:
 
-- an ``st.html`` body is parsed: no script, frame or object tag, no ``on*`` attribute, and no
-  attribute naming a hostile URL (the only ``src`` the app makes is its own ``data:image/svg+xml``);
+- an ``st.html`` body, and the body of each HTML block of the explorer's stage, is parsed: no
+  script, frame or object tag, no ``on*`` attribute, and no attribute naming a hostile URL (the only ``src`` the app makes is its own ``data:image/svg+xml``);
 - every string Streamlit renders as Markdown (bodies of markdown, captions, alerts, headings
   and toasts; labels, help texts and options of widgets, expanders, metrics, tabs) must not hold
   a hostile marker unescaped: escaped, ``evil.test`` reads ``evil\\.test`` and ``<img`` reads
@@ -15,6 +15,7 @@ either on a page itself. `check_page` walks every element an AppTest run drew:
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from html.parser import HTMLParser
@@ -103,6 +104,9 @@ def page_problems(at: AppTest) -> list[str]:
             last = path.rsplit(".", 1)[-1]
             if kind == "html" and last == "body":
                 out += [f"html: {p}" for p in html_problems(s)]
+            elif kind == "bidi_component" and last == "json":  # the stage's HTML blocks: data is the body
+                body = json.loads(s)
+                out += [f"html block: {p}" for p in html_problems(body if isinstance(body, str) else s)]
             elif kind in _PLAIN_TYPES or not (last in _MD_FIELDS or (last == "options" and kind in _MD_OPTIONS)):
                 continue
             elif _MARKERS.search(s):

@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 
 from explorer.router.share import encode_share
 from explorer.ui.state import ViewState, encode_blob
-from tests.ui.helpers import bound, errors, explorer, hash_page, now_text, page_title, plain, step_to, view
+from tests.ui.helpers import bound, errors, explorer, hash_page, html_bodies, now_text, page_title, plain, step_to, view
 from tests.ui.hostile import EVIL, HOSTILE, SURROGATES, check_page, html_problems, page_problems
 
 
@@ -69,7 +69,7 @@ def test_a_hostile_upload_is_text_on_every_step_and_in_the_block_history():
         assert not errors(at), (k, errors(at))
     bound(at, "number_input", "px_w_block").set_value(2).run()
     check_page(at)
-    assert 'data-px-history="1"' in "".join(h.value for h in at.html)
+    assert 'data-px-history="1"' in "".join(html_bodies(at))
     bound(at, "selectbox", "px_a_req").set_value(bound(at, "selectbox", "px_a_req").options[0]).run()
     check_page(at)
 

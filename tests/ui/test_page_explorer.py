@@ -18,6 +18,7 @@ from tests.ui.helpers import (
     bound,
     errors,
     explorer,
+    html_bodies,
     markdown_text,
     no_exception,
     now_text,
@@ -143,7 +144,7 @@ def test_eviction_panel_and_block_history(lesson_at):
 
 def test_changed_blocks_are_marked(lesson_at):
     at = step_to(lesson_at, 2)
-    grid = next(h for h in (x.value for x in at.html) if 'class="px-grid' in h)
+    grid = next(h for h in html_bodies(at) if 'class="px-grid' in h)
     changed = re.findall(r'class="px-blk [^"]*px-chg[^"]*" data-px-block="(\d+)"', grid)
     assert sorted(map(int, changed)) == list(range(1, 38))
     assert re.search(r'data-px-block="0"[^>]*>.*?N</span>', grid)
