@@ -26,7 +26,6 @@ from explorer.ui.explorer_session import (
     W_PLAY,
     W_PRESENTER,
     W_REQUEST,
-    W_STEP,
     add_error,
     base_scenario,
     build_view,
@@ -34,6 +33,7 @@ from explorer.ui.explorer_session import (
     set_view,
 )
 from explorer.ui.state import MAX_EDITS, MAX_GENERATE, MAX_UPLOAD_BYTES
+from explorer.ui.step_slider import moved_to
 from explorer.ui.text import check_text
 
 
@@ -74,10 +74,10 @@ def on_engine(name: str, key: str) -> None:
     set_view(view.with_(engine=engine))
 
 
-def on_step(key: str) -> None:
-    fresh, value = _reported(W_STEP, key)
-    if fresh and value is not None:
-        set_view(current_view().with_(step=int(value)))
+def on_step() -> None:
+    k = moved_to()
+    if k is not None:
+        set_view(current_view().with_(step=min(k, st.session_state.get("px_n_steps", 0))))
 
 
 def go(delta: int | None = None, to: int | None = None) -> None:

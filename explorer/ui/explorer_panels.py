@@ -135,7 +135,8 @@ def phase_panels(trace: Trace, k: int, changed: set[int], selected: int | None) 
                 if step.hashed and step.hashed[0].index > 0 and req is not None:
                     parent = req.block_hashes[step.hashed[0].index - 1]
                 html_block(
-                    head + hashing_html(step, trace.none_hash, parent, n, bs, ints, _snippets(step)), f"px_html_panel_{p.key}"
+                    head + hashing_html(step, trace.none_hash, parent, n, bs, ints, _snippets(step)),
+                    f"px_html_panel_{p.key}",
                 )
                 head = ""
                 if len(step.hashed) > 1:

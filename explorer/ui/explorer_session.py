@@ -36,9 +36,8 @@ K_VIEW, K_TOKEN, K_ERRORS, K_NOTICE, K_PLAYING = "px_view", "px_cache_token", "p
 K_REQUEST = "px_request"  # the live request the playground acts on
 K_OPENED, OPEN_PARAM = "px_opened_links", "open"  # the one-time tokens of links already opened (init_session)
 # Names of the widgets bound to the view (explorer.ui.bound gives each its current key).
-W_LESSON, W_STEP, W_PLAY, W_SPEED, W_BLOCK, W_PRESENTER = (
+W_LESSON, W_PLAY, W_SPEED, W_BLOCK, W_PRESENTER = (
     "px_w_lesson",
-    "px_w_step",
     "px_w_play",
     "px_w_speed",
     "px_w_block",

@@ -1,5 +1,5 @@
 """The explorer page's control bar: first, back, the step slider, next, last, play and its speed
-(and, in presenter mode, the way back to the full page).
+(and, in presenter mode, the way back to the full page). The slider is explorer/ui/step_slider.py.
 
 One horizontal row that sizes each button to its label and gives the slider the rest, wrapping
 to a second line rather than cutting a label short, at any width.
@@ -11,8 +11,9 @@ import streamlit as st
 
 from explorer.ui import bound
 from explorer.ui.explorer_callbacks import go, on_play, on_presenter, on_step
-from explorer.ui.explorer_session import K_PLAYING, W_PLAY, W_SPEED, W_STEP
+from explorer.ui.explorer_session import K_PLAYING, W_PLAY, W_SPEED
 from explorer.ui.state import ViewState
+from explorer.ui.step_slider import step_slider
 
 SPEEDS = {"0.5x": 3.0, "1x": 1.5, "2x": 0.75, "4x": 0.35}
 
@@ -39,19 +40,7 @@ def stepper(view: ViewState, n: int, presenter: bool) -> None:
             disabled=view.step == 0,
         )
         if n > 0:
-            k = bound.key(W_STEP, view.step)
-            st.slider(
-                f"Step {view.step} of {n}",
-                min_value=0,
-                max_value=n,
-                value=view.step,
-                key=k,
-                on_change=on_step,
-                args=(k,),
-                help="0 = before the first step. Keys: Left and Right arrows.",
-                width="stretch",
-                label_visibility="collapsed" if presenter else "visible",
-            )
+            step_slider(view.step, n, show_label=not presenter, on_step=on_step)
         else:
             st.caption("This scenario has no steps yet: add some in the playground.")
         st.button(

@@ -3,7 +3,7 @@ vLLM's stat loggers export after step k, recorded from the replay (explorer/metr
 
 Side by side and on one plot, the three numbers users confuse: the counters' total hit rate,
 the log line's window and a PromQL-style rate over the last N steps (N adjustable); then
-prompt tokens by source as a stacked bar, the log line, the PromQL to paste into Grafana and
+prompt tokens by source as stacked bars (both charts up to step k), the log line, the PromQL to paste into Grafana and
 the exposition text of step k (st.code has a copy button)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from explorer.metrics.replay import points, promql, recorder_at, step_rates
 from explorer.scenario.trace import Trace
 from explorer.ui.html_block import html_block
 from explorer.ui.text import esc
-from explorer.viz.metrics_figs import by_source_figure, rates_figure
+from explorer.viz.metrics_svg import by_source_svg, rates_svg
 
 W_WINDOW = "px_metrics_window"
 MAX_WINDOW = 1000
@@ -57,16 +57,15 @@ def metrics_panel(trace: Trace, k: int) -> None:
         _pct(windowed),
         help="sum(rate(hits[w])) / sum(rate(queries[w])): the hits added over the queries added in the range.",
     )
+    now = ""
     if p is not None:
-        html_block(
+        now = (
             f'<div class="px-metrics-now" data-px-metrics="{k}">'
             f"queries {p.queries:,} · hits {p.hits:,} · external queries {p.external_queries:,} · "
             f"external hits {p.external_hits:,} · preemptions {p.preemptions:,} · "
-            f"KV cache usage {p.kv_cache_usage:.1%} · running {p.running} · waiting {p.waiting}</div>",
-            "px_html_metrics_now",
+            f"KV cache usage {p.kv_cache_usage:.1%} · running {p.running} · waiting {p.waiting}</div>"
         )
-    st.plotly_chart(rates_figure(pts, k, n), key="px_metrics_rates", config={"displayModeBar": False})
-    st.plotly_chart(by_source_figure(pts, k), key="px_metrics_sources", config={"displayModeBar": False})
+    html_block(now + rates_svg(pts, k, n) + by_source_svg(pts, k), "px_html_metrics_now")
     rec = recorder_at(trace, k)
     line = rec.log()
     st.markdown("**The log line** for steps 1 to k as one logging interval (one second per step):")

@@ -12,6 +12,7 @@ from explorer.core.hashing import external_block_hash
 from explorer.scenario.trace import Snapshot, Step, Trace
 from explorer.viz.chips import FULL_GRID_MAX, elide, hash_text, snap_chip
 from explorer.viz.palette import STATE_ORDER, block_state
+from explorer.viz.svg_charts import Series, line_chart_svg
 from explorer.viz.text import esc
 
 
@@ -212,49 +213,15 @@ def hit_rate_svg(trace: Trace, k: int, width: int = 560, height: int = 170) -> s
     """Total hit rate and vLLM's windowed rate after each step up to k (no spoilers: later steps
     are not drawn, though the step axis spans the whole scenario), step k marked."""
     n = len(trace.steps)
-    left, right, top, bottom = 44, 10, 12, 28
-    w, h = width - left - right, height - top - bottom
-
-    def x(i: int) -> float:
-        return left + (w * i / n if n else 0)
-
-    def y(v: float) -> float:
-        return top + h * (1 - v)
-
-    total, window = [], []
+    total: list[float | None] = []
+    window: list[float | None] = []
     for i in range(min(max(k, 0), n) + 1):
         s = trace.snapshot_at(i)
         q = s.stats["queries"]
-        if q:
-            total.append(f"{x(i):.1f},{y(s.stats['hits'] / q):.1f}")
-        if s.window_requests:
-            window.append(f"{x(i):.1f},{y(s.window_hit_rate):.1f}")
-    grid = "".join(
-        f'<line x1="{left}" x2="{left + w}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#ddd"/>'
-        f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end" font-size="13">{int(v * 100)}%</text>'
-        for v in (0, 0.5, 1)
-    )
-    ticks = sorted({0, n, k} | set(range(0, n + 1, max(1, n // 8 or 1))))
-    xt = "".join(
-        f'<text x="{x(i):.1f}" y="{top + h + 16}" text-anchor="middle" font-size="13">{i}</text>' for i in ticks
-    )
-    marker = f'<line x1="{x(k):.1f}" x2="{x(k):.1f}" y1="{top}" y2="{top + h}" stroke="#D55E00" stroke-width="2"/>'
-    lines = ""
-    if total:
-        lines += f'<polyline fill="none" stroke="#0072B2" stroke-width="2.5" points="{" ".join(total)}"/>'
-    if window:
-        lines += f'<polyline fill="none" stroke="#E69F00" stroke-width="2" stroke-dasharray="6 4" points="{" ".join(window)}"/>'
-    legend = (
-        f'<line x1="{left + 8}" x2="{left + 28}" y1="{top + 4}" y2="{top + 4}" stroke="#0072B2" stroke-width="2.5"/>'
-        f'<text x="{left + 32}" y="{top + 8}" font-size="13">total</text>'
-        f'<line x1="{left + 80}" x2="{left + 100}" y1="{top + 4}" y2="{top + 4}" stroke="#E69F00" stroke-width="2" stroke-dasharray="6 4"/>'
-        f'<text x="{left + 104}" y="{top + 8}" font-size="13">window (~1000 requests)</text>'
-    )
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" width="{width}" height="{height}" '
-        f'font-family="sans-serif">{grid}{xt}{marker}{lines}{legend}'
-        f'<text x="{left + w / 2:.1f}" y="{height - 2}" text-anchor="middle" font-size="13">step</text></svg>'
-    )
+        total.append(s.stats["hits"] / q if q else None)
+        window.append(s.window_hit_rate if s.window_requests else None)
+    series = (Series("total", total, "#0072B2"), Series("window (~1000 requests)", window, "#E69F00", "6 4"))
+    return line_chart_svg(series, n, k, width=width, height=height, legend=True)
 
 
 def svg_img(svg: str, alt: str) -> str:

@@ -221,3 +221,26 @@ def test_hash_calculator_page(px_page, px_app_url):
     for b in want["blocks"]:
         assert b["hash"] in table and str(b["external"]) in table
     shot(page, "hash-calculator")
+
+
+def test_the_step_slider_moves_the_view_and_follows_next(px_page, px_app_url):
+    """The slider (explorer/ui/step_slider.py) reports only the user's moves: a click on its
+    track, an arrow key while it has the focus; Next and the view move its thumb."""
+    page = px_page
+    _open(page, f"{px_app_url}/?lesson=00_two_chat_turns&step=3", "Step 3 of 20")
+    slider = page.locator(".st-key-px_controls input.px-range")
+    assert slider.input_value() == "3" and page.locator(".px-range-label").inner_text() == "Step 3 of 20"
+    box = slider.bounding_box()
+    assert box is not None
+    page.mouse.click(box["x"] + box["width"] * 0.75, box["y"] + box["height"] / 2)
+    expect(page.locator(".px-now .px-headline")).to_contain_text("Step 15 of 20", timeout=90_000)
+    wait_idle(page)
+    assert "step=15" in page.url
+    page.keyboard.press("ArrowRight")  # the slider has the focus: one step, not two
+    expect(page.locator(".px-now .px-headline")).to_contain_text("Step 16 of 20", timeout=90_000)
+    wait_idle(page)
+    assert slider.input_value() == "16"
+    _click(page, "px_b_next", "Step 17 of 20")
+    assert slider.input_value() == "17" and page.locator(".px-range-label").inner_text() == "Step 17 of 20"
+    _click(page, "px_b_first", "Step 0 of 20")
+    assert slider.input_value() == "0"

@@ -83,7 +83,7 @@ def plain(s: str) -> str:
 
 def bound(at: AppTest, kind: str, name: str):
     """The widget bound to the view under its current key (explorer.ui.bound), e.g.
-    ``bound(at, "slider", "px_w_step")``."""
+    ``bound(at, "number_input", "px_w_bs")``."""
     gens = at.session_state.get("bound_generations", {})
     return getattr(at, kind)(key=f"{name}__{gens.get(name, 0)}")
 
@@ -114,7 +114,15 @@ def no_exception(at: AppTest) -> None:
 
 
 def step_to(at: AppTest, k: int) -> AppTest:
-    return bound(at, "slider", "px_w_step").set_value(k).run()
+    """Step k, as a move of the step slider sets it (explorer.ui.step_slider's callback; AppTest
+    cannot drive a component: the browser tests move the slider itself)."""
+    at.session_state["px_view"] = view(at).with_(step=k)
+    return at.run()
+
+
+def n_steps(at: AppTest) -> int:
+    """The number of steps the slider spans."""
+    return int(at.session_state["px_n_steps"])
 
 
 def view(at: AppTest):

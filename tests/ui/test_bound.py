@@ -4,9 +4,12 @@ it from its default shows the view, and a late report for the old key is ignored
 
 from __future__ import annotations
 
+import json
+
 from explorer.ui import bound
 from explorer.ui.lesson_files import lesson_title
 from explorer.ui.state import ViewState
+from explorer.ui.step_slider import COMPONENT as SLIDER
 from tests.ui.helpers import bound as widget
 from tests.ui.helpers import explorer, now_text, view
 
@@ -24,11 +27,29 @@ def test_a_new_value_gets_a_new_key_and_the_old_one_is_stale():
     assert bound.key("x", 1, ss) == "x__0"  # each widget has its own generation
 
 
+def _slider(at) -> dict:
+    """What the page sent the step slider (explorer.ui.step_slider): it is not bound, it follows
+    the view on every run and reports only the user's moves."""
+    node = next(
+        e for e in _all(at._tree) if getattr(e, "type", "") == "bidi_component" and e.proto.component_name == SLIDER
+    )
+    data = json.loads(node.proto.json)
+    return {k: data[k] for k in ("value", "max", "label")}
+
+
+def _all(node):
+    children = getattr(node, "children", None)
+    if children is None:
+        yield node
+        return
+    for child in children.values():
+        yield from _all(child)
+
+
 def _defaults(at):
     """What the browser would rebuild each bound widget with: its default in the page's protos
     (the picker shows lesson titles)."""
     return {
-        "step": widget(at, "slider", "px_w_step").proto.default[0],
         "bs": widget(at, "number_input", "px_w_bs").proto.default,
         "nb": widget(at, "number_input", "px_w_nb").proto.default,
         "pc": widget(at, "toggle", "px_w_pc").proto.default,
@@ -41,7 +62,6 @@ def _defaults(at):
 def test_every_bound_widget_defaults_to_the_view_after_the_app_moved_it():
     at = explorer(query={"lesson": "04_touch_then_allocate", "bs": "8", "nb": "12", "pc": "0"})
     assert _defaults(at) == {
-        "step": 0,
         "bs": 8,
         "nb": 12,
         "pc": False,
@@ -49,12 +69,13 @@ def test_every_bound_widget_defaults_to_the_view_after_the_app_moved_it():
     }
     for k in (1, 2, 3):
         at.button(key="px_b_next").click().run()
-        assert _defaults(at)["step"] == k == view(at).step
+        assert view(at).step == k and _slider(at) == {"value": k, "max": 14, "label": f"Step {k} of 14"}
     widget(at, "selectbox", "px_w_lesson").set_value("00_two_chat_turns").run()
     assert view(at) == ViewState(lesson="00_two_chat_turns")
-    assert _defaults(at) == {"step": 0, "bs": 16, "nb": 300, "pc": True, "lesson": lesson_title("00_two_chat_turns")}
+    assert _defaults(at) == {"bs": 16, "nb": 300, "pc": True, "lesson": lesson_title("00_two_chat_turns")}
+    assert _slider(at)["value"] == 0
     at.button(key="px_b_last").click().run()
-    assert _defaults(at)["step"] == 20 and "Step 20 of 20" in now_text(at)
+    assert _slider(at)["value"] == 20 and "Step 20 of 20" in now_text(at)
 
 
 def test_a_user_change_keeps_the_widget_and_moves_the_view():
@@ -63,5 +84,3 @@ def test_a_user_change_keeps_the_widget_and_moves_the_view():
     widget(at, "number_input", "px_w_bs").set_value(32).run()
     assert view(at).engine == {"block_size": 32}
     assert widget(at, "number_input", "px_w_bs").key == k  # the browser's widget stays
-    widget(at, "slider", "px_w_step").set_value(5).run()
-    assert view(at).step == 5 and "Step 5 of 20" in now_text(at)

@@ -16,7 +16,19 @@ from streamlit.testing.v1 import AppTest
 
 from explorer.router.share import encode_share
 from explorer.ui.state import ViewState, encode_blob
-from tests.ui.helpers import bound, errors, explorer, hash_page, html_bodies, now_text, page_title, plain, step_to, view
+from tests.ui.helpers import (
+    bound,
+    errors,
+    explorer,
+    hash_page,
+    html_bodies,
+    n_steps,
+    now_text,
+    page_title,
+    plain,
+    step_to,
+    view,
+)
 from tests.ui.hostile import EVIL, HOSTILE, SURROGATES, check_page, html_problems, page_problems
 
 
@@ -61,7 +73,7 @@ def test_a_hostile_upload_is_text_on_every_step_and_in_the_block_history():
     check_page(at)
     assert not errors(at), errors(at)
     assert page_title(at) == HOSTILE[0]
-    n = int(bound(at, "slider", "px_w_step").max)
+    n = n_steps(at)
     assert n == 2 * len(HOSTILE) + 1
     for k in range(n + 1):
         step_to(at, k)

@@ -20,6 +20,7 @@ from tests.ui.helpers import (
     explorer,
     html_bodies,
     markdown_text,
+    n_steps,
     no_exception,
     now_text,
     page_title,
@@ -438,7 +439,7 @@ def test_presenter_mode_hides_the_sidebar_and_enlarges():
 def test_edge_cases_scenario_renders_every_step():
     v = ViewState(lesson=None, upload=("edge.toml", EDGE.read_bytes()))
     at = explorer(view=v)
-    n = int(bound(at, "slider", "px_w_step").max)
+    n = n_steps(at)
     assert n == 21
     seen = set()
     for k in range(1, n + 1):
@@ -488,7 +489,7 @@ def _replayable_lessons() -> list[str]:
 def test_every_lesson_renders_every_step(name):
     at = explorer(view=ViewState(lesson=name))
     no_exception(at)
-    n = int(bound(at, "slider", "px_w_step").max)
+    n = n_steps(at)
     for k in range(1, n + 1):
         step_to(at, k)
         no_exception(at)
