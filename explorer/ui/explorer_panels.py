@@ -43,6 +43,7 @@ from explorer.viz.state_html import (
     pool_grid_html,
     pool_summary_html,
     requests_html,
+    stats_html,
     svg_img,
 )
 
@@ -248,8 +249,7 @@ def state_views(trace: Trace, k: int, changed: set[int], selected: int | None) -
             "px_html_requests",
         )
     with c2:
-        st.subheader("Metrics", anchor="metrics")
-        _metrics(trace, k)
+        html_block(_metrics(trace, k), "px_html_metrics")
     metrics_panel(trace, k)  # engine-step scenarios: what vLLM exports (explorer/ui/metrics_panel.py)
 
     c1, c2 = st.columns(2)
@@ -279,27 +279,19 @@ def state_views(trace: Trace, k: int, changed: set[int], selected: int | None) -
                 )
 
 
-def _metrics(trace: Trace, k: int) -> None:
+def _metrics(trace: Trace, k: int) -> str:
+    """The prefix-cache metrics after step k, the sentence that reads them and the hit-rate chart."""
     snap = trace.snapshot_at(k)
     prev = trace.snapshot_at(k - 1) if k > 0 else snap
-    s, p = snap.stats, prev.stats
-    rate = s["hits"] / s["queries"] if s["queries"] else 0.0
-    c = st.columns(2)
-    c[0].metric("Queries (tokens)", f"{s['queries']:,}", delta=(s["queries"] - p["queries"]) or None)
-    c[1].metric("Hits (tokens)", f"{s['hits']:,}", delta=(s["hits"] - p["hits"]) or None)
-    c = st.columns(2)
-    c[0].metric("Hit rate (total)", f"{rate:.1%}")
-    c[1].metric(
-        f"Window ({snap.window_requests} req.)",
-        f"{snap.window_hit_rate:.1%}",
-        help="vLLM's logged rate: the last ~1000 requests (CachingMetrics), preempted ones excluded.",
-    )
-    st.caption(
+    s = snap.stats
+    sentence = (
         explain.metrics_sentence(trace, k)
         + f" Preempted: {counted(s['preempted_requests'], 'request')}, {s['preempted_hits']:,} of {s['preempted_queries']:,} tokens hit."
     )
-    html_block(
-        f'<div class="px-refs">{_refs_line((REFS["record_stats"], REFS["prefix_cache_stats"], REFS["caching_metrics"]))}</div>'
-        + svg_img(hit_rate_svg(trace, k), f"Hit rate after each step, total and windowed; step {k} marked."),
-        "px_html_hit_rate",
+    return (
+        heading_html("metrics", "Metrics")
+        + stats_html(snap, prev)
+        + caption_html(sentence)
+        + f'<div class="px-refs">{_refs_line((REFS["record_stats"], REFS["prefix_cache_stats"], REFS["caching_metrics"]))}</div>'
+        + svg_img(hit_rate_svg(trace, k), f"Hit rate after each step, total and windowed; step {k} marked.")
     )

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from explorer.scenario.trace import Snapshot
 from explorer.viz.chips import snap_chip
-from explorer.viz.state_html import free_queue_html
+from explorer.viz.state_html import free_queue_html, stat_cells
+from explorer.viz.text import esc
 
 CHANGED_SHOWN = 40  # chips of changed blocks; the rest are counted
 FREE_SHOWN = 12  # free-queue chips (half from the head, half from the tail)
@@ -41,20 +42,13 @@ def free_html(snap: Snapshot, changed: set[int], selected: int | None) -> str:
 
 
 def metrics_html(snap: Snapshot, prev: Snapshot) -> str:
-    s, p = snap.stats, prev.stats
-    rate = s["hits"] / s["queries"] if s["queries"] else 0.0
-
-    def cell(label: str, value: str, delta: int = 0) -> str:
+    def cell(label: str, value: str, delta: int) -> str:
         d = f'<span class="px-pres-delta">+{delta:,}</span>' if delta > 0 else ""
-        return f'<div class="px-pres-metric"><div class="px-pres-mlabel">{label}</div><div class="px-pres-mvalue">{value}{d}</div></div>'
+        return f'<div class="px-pres-metric"><div class="px-pres-mlabel">{esc(label)}</div><div class="px-pres-mvalue">{esc(value)}{d}</div></div>'
 
-    window = _plural(snap.window_requests, "request", "requests")
     return (
         '<div class="px-pres-box" data-px-pres="metrics"><div class="px-pres-label">Metrics (prefix cache stats)</div>'
         '<div class="px-pres-metrics">'
-        + cell("queries (tokens)", f"{s['queries']:,}", s["queries"] - p["queries"])
-        + cell("hits (tokens)", f"{s['hits']:,}", s["hits"] - p["hits"])
-        + cell("hit rate", f"{rate:.1%}")
-        + cell(f"window ({window})", f"{snap.window_hit_rate:.1%}")
+        + "".join(cell(label, value, delta) for _, label, value, delta in stat_cells(snap, prev))
         + "</div></div>"
     )

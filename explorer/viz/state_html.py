@@ -209,6 +209,36 @@ def history_html(entries: Iterable, k: int) -> str:
     )
 
 
+def stat_cells(snap: Snapshot, prev: Snapshot) -> list[tuple[str, str, str, int]]:
+    """(key, label, value, what this step added) of the four prefix-cache numbers after a step:
+    the explorer's metrics and presenter mode's metrics box draw these."""
+    s, p = snap.stats, prev.stats
+    rate = s["hits"] / s["queries"] if s["queries"] else 0.0
+    window = f"{snap.window_requests:,} {'request' if snap.window_requests == 1 else 'requests'}"
+    return [
+        ("queries", "Queries (tokens)", f"{s['queries']:,}", s["queries"] - p["queries"]),
+        ("hits", "Hits (tokens)", f"{s['hits']:,}", s["hits"] - p["hits"]),
+        ("rate", "Hit rate (total)", f"{rate:.1%}", 0),
+        ("window", f"Window ({window})", f"{snap.window_hit_rate:.1%}", 0),
+    ]
+
+
+WINDOW_HELP = "vLLM's logged rate: the last ~1000 requests (CachingMetrics), preempted ones excluded."
+
+
+def stats_html(snap: Snapshot, prev: Snapshot) -> str:
+    """The four numbers as the page's metrics (a label, the value, what the step added)."""
+    cells = []
+    for key, label, value, delta in stat_cells(snap, prev):
+        title = f' title="{esc(WINDOW_HELP)}"' if key == "window" else ""
+        d = f'<div class="px-metric-delta">&uarr; {delta:,}</div>' if delta > 0 else ""
+        cells.append(
+            f'<div class="px-metric" data-px-stat="{key}"><div class="px-metric-label"{title}>{esc(label)}</div>'
+            f'<div class="px-metric-value">{esc(value)}</div>{d}</div>'
+        )
+    return '<div class="px-metrics">' + "".join(cells) + "</div>"
+
+
 def hit_rate_svg(trace: Trace, k: int, width: int = 560, height: int = 170) -> str:
     """Total hit rate and vLLM's windowed rate after each step up to k (no spoilers: later steps
     are not drawn, though the step axis spans the whole scenario), step k marked."""
