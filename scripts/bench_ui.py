@@ -16,6 +16,7 @@ the script is not running and no widget is still a loading skeleton. The app run
 run it more than once and read the spread (p10 .. p90), not one figure.
 
 Run:  .venv/bin/python scripts/bench_ui.py [--runs 20] [--only next,lesson,first,switch]
+          [--next-lessons 14_engine_step,10_metrics]
 """
 
 from __future__ import annotations
@@ -224,6 +225,11 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=20, help="timed repeats of each action (default 20)")
     ap.add_argument("--only", default="first,next,lesson,switch", help="comma-separated: first,next,lesson,switch")
     ap.add_argument("--url", help="a running app's address (default: start one with the tests' flags)")
+    ap.add_argument(
+        "--next-lessons",
+        default="",
+        help="comma-separated lesson stems whose Next is timed too, after the default lesson's (e.g. 14_engine_step)",
+    )
     args = ap.parse_args()
     which = {w.strip() for w in args.only.split(",") if w.strip()}
     from playwright.sync_api import sync_playwright
@@ -266,6 +272,11 @@ def main() -> int:
             wall, busy = bench_next(browser, url, args.runs, presenter=True)
             row("Next -> idle (default lesson, presenter mode)", wall, TARGETS_MS["next"])
             row("  browser main thread busy per Next (presenter)", busy, None)
+            for stem in filter(None, (x.strip() for x in args.next_lessons.split(","))):
+                for presenter in (False, True):
+                    wall, _ = bench_next(browser, url, args.runs, lesson=stem, presenter=presenter)
+                    where = "presenter mode" if presenter else "full page"
+                    row(f"Next -> idle ({stem}, {where})", wall, TARGETS_MS["next"])
         if "lesson" in which:
             picker, link = bench_lesson(browser, url, args.runs)
             row("open a lesson: explorer's picker", picker, TARGETS_MS["lesson"])
