@@ -124,7 +124,7 @@ def requests_html(snap: Snapshot, changed: set[int], selected: int | None = None
         chips = [snap_chip(snap, b, changed, selected, "id") for b in r.block_ids]
         table = "".join(elide(chips, show // 2, show // 2, "blocks")) or '<span class="px-more">no blocks</span>'
         rows.append(
-            f'<tr data-px-request="{esc(r.request_id)}"><td><b>{esc(r.request_id)}</b></td><td>{esc(r.status)}</td>'
+            f'<tr data-px-request="{esc(r.request_id)}"><td><b>{esc(r.request_id)}</b></td><td class="px-nw">{esc(r.status)}</td>'
             f"<td>{r.num_computed_tokens:,} / {r.num_tokens:,}<br><small>prompt {r.num_prompt_tokens:,}, {len(r.block_hashes)} hashes</small></td>"
             f'<td>{"<br>".join(tags)}</td><td><div class="px-chips">{table}</div></td></tr>'
         )
