@@ -5,9 +5,10 @@ The oracle is ``vllm_metrics_driver.py`` (vLLM's classes, wired as AsyncLLM wire
 side is ``explorer.metrics`` on our replay's trace. Compared: after every `step` op (only an
 update changes a metric), the samples that changed since the step before; after the last op, every sample, every family's type and help text; and the log line
 (its level and text), with the loggers' clock at one pace per step on both sides. Samples compare
-as sets: ``*_created``, the timing histograms and ``vllm:cache_config_info`` excluded
-(``exposition_samples.py``). Cases: the engine-step goldens, the engine-step lessons and
-random scenarios under both schedulers. A missing vLLM fails, as the whole tier does.
+as sets: ``*_created``, the timing histograms, ``vllm:cache_config_info`` and the offloading
+connector's transfer and lookup-delay families excluded (``exposition_samples.py``). Cases: the
+engine-step goldens, the engine-step lessons, random scenarios under both schedulers, random
+static-connector and random offloading scenarios. A missing vLLM fails, as the whole tier does.
 """
 
 from __future__ import annotations
@@ -18,8 +19,12 @@ from explorer.errors import BadInput
 from explorer.metrics.replay import MetricsRecorder
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario, parse_scenario_dict
-from tests.conformance.engine_step_scenarios import random_connector_raw_scenario
-from tests.conformance.exposition_samples import deltas, parse
+from tests.conformance.engine_step_scenarios import (
+    random_connector_raw_scenario,
+    random_offloading_raw_scenario,
+    under_both_schedulers,
+)
+from tests.conformance.exposition_samples import OFFLOAD_EXCLUDED, deltas, parse
 from tests.conformance.oracle import VllmOracle
 from tests.conformance.sched_oracle import HERE, golden_paths
 from tests.conformance.test_engine_steps_conformance import ENGINE_STEP_LESSONS, both_schedulers
@@ -43,6 +48,15 @@ REQUIRED = {
 }
 RANDOM_SEEDS = range(25)
 CONNECTOR_SEEDS = range(20)
+OFFLOADING_SEEDS = range(40)
+OFFLOAD_EXPORTED = {
+    "vllm:kv_offload_allocation_failure",
+    "vllm:kv_offload_cpu_allocation_size",
+    "vllm:kv_offload_cpu_cache_usage_perc",
+    "vllm:kv_offload_cpu_cache_write_usage_perc",
+    "vllm:kv_offload_cpu_cache_read_usage_perc",
+}
+SERIES = '{engine="0",model_name="explorer"}'
 
 
 class VllmMetricsOracle(VllmOracle):
@@ -161,3 +175,46 @@ def test_random_connector_scenarios_match_vllm(metrics_oracle):
         ]
     assert differing == {}, f"{len(differing)} of {len(scenarios)} scenarios differ: {differing}"
     assert external > 0
+
+
+def offload_families(families) -> set[str]:
+    return {f for f in families if f.startswith("vllm:kv_offload_")}
+
+
+def test_offloading_families_are_exported_or_excluded_by_name(metrics_oracle):
+    """With the offloading connector vLLM registers exactly the families we export plus those we
+    leave out: nothing of vLLM's is dropped unnamed, and every excluded name exists."""
+    scenario = load_scenario(HERE.parent / "scenario/golden/engine_steps/offloading_larger_than_cpu_tier.toml")
+    theirs = metrics_oracle.replay(normalized(scenario))
+    assert offload_families(theirs["registered"]) == OFFLOAD_EXPORTED | OFFLOAD_EXCLUDED
+    mine = ours(scenario)["final"]
+    assert offload_families(mine["families"]) == OFFLOAD_EXPORTED == offload_families(theirs["final"]["families"])
+    assert mine["samples"][f"vllm:kv_offload_allocation_failure_total{SERIES}"] > 0
+    assert differences(ours(scenario), theirs) == []
+
+
+def test_random_offloading_scenarios_match_vllm(metrics_oracle):
+    """The offloading connector's scheduler-side families (and every other sample) on random
+    offloading scenarios under both schedulers: tiers too small for a request (refused stores),
+    evictions, loads pinning chunks (read usage) and stores in flight (write usage)."""
+    scenarios = [
+        parse_scenario_dict(raw, f"random offloading seed {seed} ({raw['engine']['scheduler']})")
+        for seed in OFFLOADING_SEEDS
+        for raw in under_both_schedulers(random_offloading_raw_scenario(seed))
+    ]
+    answers = metrics_oracle.replay_many(normalized(sc) for sc in scenarios)
+    differing = {}
+    seen = {"failures": 0.0, "stores": 0.0, "write_usage": 0, "read_usage": 0}
+    for sc, theirs in zip(scenarios, answers, strict=True):
+        assert "error" not in theirs, (sc.source, theirs)
+        diffs = differences(ours(sc), theirs)
+        if diffs:
+            differing[sc.source] = diffs[:3]
+        s = theirs["final"]["samples"]
+        seen["failures"] += s.get(f"vllm:kv_offload_allocation_failure_total{SERIES}", 0.0)
+        seen["stores"] += s.get(f"vllm:kv_offload_cpu_allocation_size_count{SERIES}", 0.0)
+        for d in theirs["deltas"]:
+            seen["write_usage"] += d.get(f"vllm:kv_offload_cpu_cache_write_usage_perc{SERIES}", 0.0) > 0
+            seen["read_usage"] += d.get(f"vllm:kv_offload_cpu_cache_read_usage_perc{SERIES}", 0.0) > 0
+    assert differing == {}, f"{len(differing)} of {len(scenarios)} scenarios differ: {differing}"
+    assert all(v >= 10 for v in seen.values()), seen

@@ -3,8 +3,9 @@
 Runs inside vLLM's virtualenv, like ``vllm_sched_driver.py``, whose engine replay it extends
 (never imports ``explorer``). Protocol: one normalized engine-step scenario per JSON line on
 stdin, with ``"metrics": {"pace": S}``; one JSON line back: ``{"deltas": [per `step` op: the
-samples that changed since the step before], "final": {"samples", "families"}, "log": {"level", "text"}}`` (samples as
-``exposition_samples.py`` reads them), or ``{"error": ...}``.
+samples that changed since the step before], "final": {"samples", "families"}, "log": {"level", "text"},
+"registered": [every vllm: family, exclusions not applied]}`` (samples as ``exposition_samples.py``
+reads them), or ``{"error": ...}``.
 
 What it wires, as AsyncLLM does (vllm/v1/engine/async_llm.py: add_request, abort,
 output_handler): each arrival is also an ``EngineCoreRequest`` added to vLLM's own
@@ -26,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import vllm_sched_driver as base  # noqa: E402  (redirects stdout; its protocol stream is ours)
-from exposition_samples import deltas, parse  # noqa: E402
+from exposition_samples import deltas, parse, registered  # noqa: E402
 from prometheus_client import REGISTRY, generate_latest  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402
 from vllm.v1.engine import EngineCoreRequest  # noqa: E402
@@ -136,11 +137,13 @@ class MetricsReplay(base.EngineReplay):
         self.log_capture.lines.clear()
         self.logging.log()
         level, text = self.log_capture.lines[0]
-        samples, families = parse(generate_latest(REGISTRY).decode("utf-8"))
+        final = generate_latest(REGISTRY).decode("utf-8")
+        samples, families = parse(final)
         return {
             "deltas": deltas(self.expositions),
             "final": {"samples": samples, "families": families},
             "log": {"level": level, "text": text},
+            "registered": registered(final),
         }
 
 
