@@ -3,12 +3,14 @@ PrometheusStatLogger + LoggingStatLogger, for the same run (design section 11).
 
 The oracle is ``vllm_metrics_driver.py`` (vLLM's classes, wired as AsyncLLM wires them); our
 side is ``explorer.metrics`` on our replay's trace. Compared: after every `step` op (only an
-update changes a metric), the samples that changed since the step before; after the last op, every sample, every family's type and help text; and the log line
-(its level and text), with the loggers' clock at one pace per step on both sides. Samples compare
+update changes a metric), the samples that changed since the step before; after the last op,
+every sample, every family's type and help text; and the log line (its level and text) and,
+with speculative decoding, the SpecDecoding metrics line after it, with the loggers' clock at
+one pace per step on both sides. Samples compare
 as sets: ``*_created``, the timing histograms, ``vllm:cache_config_info`` and the offloading
 connector's transfer and lookup-delay families excluded (``exposition_samples.py``). Cases: the
 engine-step goldens, the engine-step lessons, random scenarios under both schedulers, random
-static-connector and random offloading scenarios. A missing vLLM fails, as the whole tier does.
+static-connector, random offloading and random speculative scenarios. A missing vLLM fails, as the whole tier does.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from tests.conformance.engine_step_scenarios import (
 from tests.conformance.exposition_samples import OFFLOAD_EXCLUDED, deltas, parse
 from tests.conformance.oracle import VllmOracle
 from tests.conformance.sched_oracle import HERE, golden_paths
+from tests.conformance.spec_scenarios import random_spec_engine_steps
 from tests.conformance.test_engine_steps_conformance import ENGINE_STEP_LESSONS, both_schedulers
 
 pytestmark = pytest.mark.conformance
@@ -49,6 +52,7 @@ REQUIRED = {
 RANDOM_SEEDS = range(25)
 CONNECTOR_SEEDS = range(20)
 OFFLOADING_SEEDS = range(40)
+SPEC_SEEDS = range(40)
 OFFLOAD_EXPORTED = {
     "vllm:kv_offload_allocation_failure",
     "vllm:kv_offload_cpu_allocation_size",
@@ -93,6 +97,7 @@ def ours(scenario) -> dict:
         "deltas": deltas(texts),
         "final": {"samples": samples, "families": families},
         "log": {"level": line.level, "text": line.text},
+        "spec_log": None if line.spec_decoding is None else {"level": line.level, "text": line.spec_decoding},
     }
 
 
@@ -107,8 +112,9 @@ def differences(mine: dict, theirs: dict) -> list[str]:
         for k in sorted(set(a) | set(b)):
             if a.get(k) != b.get(k):
                 out.append(f"final {part} {k}: ours {a.get(k)} vLLM {b.get(k)}")
-    if mine["log"] != theirs["log"]:
-        out.append(f"log: ours {mine['log']} vLLM {theirs['log']}")
+    for part in ("log", "spec_log"):
+        if mine[part] != theirs[part]:
+            out.append(f"{part}: ours {mine[part]} vLLM {theirs[part]}")
     return out
 
 
@@ -218,3 +224,30 @@ def test_random_offloading_scenarios_match_vllm(metrics_oracle):
             seen["read_usage"] += d.get(f"vllm:kv_offload_cpu_cache_read_usage_perc{SERIES}", 0.0) > 0
     assert differing == {}, f"{len(differing)} of {len(scenarios)} scenarios differ: {differing}"
     assert all(v >= 10 for v in seen.values()), seen
+
+
+def test_the_speculative_goldens_log_the_spec_decoding_line_as_vllm(metrics_oracle):
+    paths = [p for p in golden_paths() + ENGINE_STEP_LESSONS if load_scenario(p).speculative is not None]
+    assert len(paths) >= 4
+    for path in paths:
+        scenario = load_scenario(path)
+        theirs = metrics_oracle.replay(normalized(scenario))
+        assert theirs["spec_log"] is not None, path
+        assert ours(scenario)["spec_log"] == theirs["spec_log"], path
+
+
+def test_random_speculative_scenarios_match_vllm(metrics_oracle):
+    """The SpecDecoding metrics line (and every sample, the spec-decode counters included) on
+    random speculative engine-step scenarios, every drafting method (the generator draws the sync scheduler)."""
+    scenarios = [parse_scenario_dict(random_spec_engine_steps(s), f"spec engine steps seed {s}") for s in SPEC_SEEDS]
+    answers = metrics_oracle.replay_many(normalized(sc) for sc in scenarios)
+    differing = {}
+    logged = 0
+    for sc, theirs in zip(scenarios, answers, strict=True):
+        assert "error" not in theirs, (sc.source, theirs)
+        diffs = differences(ours(sc), theirs)
+        if diffs:
+            differing[sc.source] = diffs[:3]
+        logged += theirs["spec_log"] is not None
+    assert differing == {}, f"{len(differing)} of {len(scenarios)} scenarios differ: {differing}"
+    assert logged >= len(scenarios) // 2, logged
