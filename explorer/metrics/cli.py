@@ -2,7 +2,7 @@
 
 Without ``--serve``: the replay's final Prometheus exposition on stdout, then the log line
 vLLM's LoggingStatLogger would print for the whole replay as one interval (``--pace`` seconds
-per step op). With it: the exposition served on loopback while the replay runs, one step op
+per step op), and with speculative decoding the SpecDecoding metrics line it logs after it. With it: the exposition served on loopback while the replay runs, one step op
 every ``--pace`` seconds (explorer/metrics/serve.py). Manager-level scenarios are bad input:
 vLLM's metrics come from its scheduler's steps.
 """
@@ -42,5 +42,5 @@ def cmd_metrics(args: argparse.Namespace) -> int:
         return serve(trace, args.serve, args.pace)
     rec = recorder_at(trace, pace=args.pace)
     sys.stdout.write(rec.exposition())
-    sys.stdout.write(rec.log().text + "\n")
+    sys.stdout.write("".join(text + "\n" for text in rec.log().lines))
     return 0

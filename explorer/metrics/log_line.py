@@ -7,15 +7,20 @@ is logged at DEBUG when the interval and the one before it had no throughput at 
 is idle), else at INFO. The hit rates are the windows of ``CachingMetrics`` over about the last
 1,000 requests, fed by every update's stats; a successful reset empties them. The clock is
 given: a replay's clock advances one pace per engine step.
+
+With speculative decoding the logger logs, after the main line and at its level,
+SpecDecodingLogging's "SpecDecoding metrics: ..." line (vllm/v1/spec_decode/metrics.py) for
+the updates that verified drafts since that line was last logged, when there were any.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from explorer.core.metrics import CachingMetrics
-from explorer.core.sched.output import SchedulerStats
+from explorer.core.sched.output import SchedulerStats, SpecDecodingStats
 from explorer.metrics.frontend import IterationStats
 
 
@@ -23,6 +28,62 @@ from explorer.metrics.frontend import IterationStats
 class LogLine:
     level: str  # "INFO" or "DEBUG"
     text: str
+    spec_decoding: str | None = None  # the SpecDecoding metrics line logged after it, at its level
+
+    @property
+    def lines(self) -> list[str]:
+        """The texts logged, in order."""
+        return [self.text] if self.spec_decoding is None else [self.text, self.spec_decoding]
+
+
+class SpecDecodingLogging:
+    """vLLM's SpecDecodingLogging: each update's SpecDecodingStats, summed when logged. Its
+    interval runs from its last line (or its start) to now; no drafts, no line (and no reset)."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.reset()
+
+    def reset(self) -> None:
+        self.num_drafts: list[int] = []
+        self.num_draft_tokens: list[int] = []
+        self.num_accepted_tokens: list[int] = []
+        self.accepted_tokens_per_pos_lists: list[list[int]] = []
+        self.last_log_time = self.clock()
+
+    def observe(self, stats: SpecDecodingStats) -> None:
+        self.num_drafts.append(stats.num_drafts)
+        self.num_draft_tokens.append(stats.num_draft_tokens)
+        self.num_accepted_tokens.append(stats.num_accepted_tokens)
+        self.accepted_tokens_per_pos_lists.append(stats.num_accepted_tokens_per_pos)
+
+    def log(self) -> str | None:
+        if not self.num_drafts:
+            return None
+        drafts, draft_tokens = sum(self.num_drafts), sum(self.num_draft_tokens)
+        accepted = sum(self.num_accepted_tokens)
+        elapsed = self.clock() - self.last_log_time
+        draft_throughput = draft_tokens / elapsed if elapsed > 0 else 0.0
+        accepted_throughput = accepted / elapsed if elapsed > 0 else 0.0
+        rate = accepted / draft_tokens * 100 if draft_tokens > 0 else math.nan
+        mean_length = 1 + _div(accepted, drafts)  # the bonus token counts
+        per_pos = [_div(sum(col), drafts) for col in zip(*self.accepted_tokens_per_pos_lists, strict=True)]
+        rates = ", ".join(f"{p:.3f}" for p in per_pos)
+        self.reset()
+        return (
+            f"SpecDecoding metrics: Mean acceptance length: {mean_length:.2f}, "
+            f"Accepted throughput: {accepted_throughput:.2f} tokens/s, "
+            f"Drafted throughput: {draft_throughput:.2f} tokens/s, "
+            f"Accepted: {accepted:d} tokens, Drafted: {draft_tokens:d} tokens, "
+            f"Per-position acceptance rate: {rates}, Avg Draft acceptance rate: {rate:.1f}%"
+        )
+
+
+def _div(a: int, b: int) -> float:
+    """a / b as numpy divides (vLLM sums with numpy): nan for 0 / 0, inf for a / 0."""
+    if b:
+        return a / b
+    return math.nan if a == 0 else math.inf
 
 
 class LoggingStatLogger:
@@ -37,6 +98,7 @@ class LoggingStatLogger:
         self.last_prompt_throughput = 0.0
         self.last_generation_throughput = 0.0
         self.engine_is_idle = False
+        self.spec_decoding_logging = SpecDecodingLogging(clock)
 
     def _reset(self, now: float) -> None:
         self.last_log_time = now
@@ -54,6 +116,8 @@ class LoggingStatLogger:
             self.prefix_caching_metrics.observe(scheduler_stats.prefix_cache_stats)
             if scheduler_stats.connector_prefix_cache_stats is not None:
                 self.connector_prefix_caching_metrics.observe(scheduler_stats.connector_prefix_cache_stats)
+            if scheduler_stats.spec_decoding_stats is not None:
+                self.spec_decoding_logging.observe(scheduler_stats.spec_decoding_stats)
             self.last_scheduler_stats = scheduler_stats
 
     def _throughput(self, tokens: int, now: float) -> float:
@@ -88,4 +152,4 @@ class LoggingStatLogger:
                 "External prefix cache hit rate: %.1f%%" % (self.connector_prefix_caching_metrics.hit_rate * 100)
             )
         text = f"Engine {self.engine_index:03d}: " + ", ".join(parts)
-        return LogLine("DEBUG" if self.engine_is_idle else "INFO", text)
+        return LogLine("DEBUG" if self.engine_is_idle else "INFO", text, self.spec_decoding_logging.log())

@@ -1,8 +1,9 @@
 """vLLM 0.31.0's PrometheusStatLogger (vllm/v1/metrics/loggers.py), for one engine, with
 ``prometheus_client``: the same families, types, labels, help texts and bucket bounds.
 
-Every family vLLM registers for a text-only engine without LoRA or a KV connector's own
-metrics is here (with speculative decoding, SpecDecodingProm's counters), except the timing histograms (TTFT, inter-token latency, time
+Every family vLLM registers for a text-only engine without LoRA is here (with speculative
+decoding, SpecDecodingProm's counters; with the offloading connector, its scheduler-side
+families, offload_prom.py), except the timing histograms (TTFT, inter-token latency, time
 per output token, e2e, queue, inference, prefill, decode: wall clock) and
 ``vllm:cache_config_info`` (an info gauge of the whole CacheConfig). Counters are exported as
 ``*_total`` (plus ``*_created``) by prometheus_client. Each logger has its own registry: no
@@ -17,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from explorer.core.sched.output import SchedulerStats
 from explorer.metrics.frontend import FINISH_REASONS, SOURCES, IterationStats
+from explorer.metrics.offload_prom import OffloadPromMetrics
 
 MODEL_NAME = "explorer"
 LABELS = ["model_name", "engine"]
@@ -44,6 +46,7 @@ class PrometheusStatLogger:
         model_name: str = MODEL_NAME,
         engine_index: int = 0,
         num_speculative_tokens: int = 0,
+        offloading: bool = False,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         lv = [model_name, str(engine_index)]
@@ -179,6 +182,9 @@ class PrometheusStatLogger:
                 [per_pos.labels(*lv, str(pos)) for pos in range(num_speculative_tokens)],
             )
 
+        # The offloading connector's KVConnectorPromMetrics (OffloadPromMetrics).
+        self.offload = OffloadPromMetrics(reg, LABELS, lv) if offloading else None
+
     def record(self, scheduler_stats: SchedulerStats | None, iteration_stats: IterationStats | None) -> None:
         """loggers.py: PrometheusStatLogger.record, for engine 0 and no multi-modal cache."""
         if scheduler_stats is not None:
@@ -201,6 +207,8 @@ class PrometheusStatLogger:
                 accepted.inc(sd.num_accepted_tokens)
                 for c, n in zip(per_pos, sd.num_accepted_tokens_per_pos, strict=True):
                     c.inc(n)
+            if s.kv_connector_stats is not None and self.offload is not None:
+                self.offload.observe(s.kv_connector_stats)
         if iteration_stats is None:
             return
         it = iteration_stats

@@ -52,12 +52,19 @@ class MetricsPoint:
 
 class MetricsRecorder:
     def __init__(
-        self, max_model_len: int, pace: float = 1.0, device_type: str = "cuda", num_speculative_tokens: int = 0
+        self,
+        max_model_len: int,
+        pace: float = 1.0,
+        device_type: str = "cuda",
+        num_speculative_tokens: int = 0,
+        offloading: bool = False,
     ) -> None:
         self.pace = pace
         self.now = 0.0
         self.frontend = OutputProcessor()
-        self.prom = PrometheusStatLogger(max_model_len, num_speculative_tokens=num_speculative_tokens)
+        self.prom = PrometheusStatLogger(
+            max_model_len, num_speculative_tokens=num_speculative_tokens, offloading=offloading
+        )
         self.logger = LoggingStatLogger(lambda: self.now, device_type)
         self.queries = self.hits = self.external_queries = self.external_hits = 0
         self.by_source = dict.fromkeys(SOURCES, 0)
@@ -131,10 +138,12 @@ class MetricsRecorder:
     @classmethod
     def for_scenario(cls, scenario: Scenario, pace: float = 1.0, device_type: str = "cuda") -> MetricsRecorder:
         """The loggers vLLM builds for the scenario's engine (with speculative decoding, its
-        spec-decode counters, one per draft position)."""
+        spec-decode counters, one per draft position; with the offloading connector, its
+        scheduler-side families)."""
         sp = scenario.speculative
         k = 0 if sp is None else sp.num_speculative_tokens
-        return cls(scenario.engine.max_model_len, pace, device_type, k)
+        offloading = scenario.connector is not None and scenario.connector.kind == "offloading"
+        return cls(scenario.engine.max_model_len, pace, device_type, k, offloading)
 
 
 def check_engine_steps(trace: Trace) -> None:

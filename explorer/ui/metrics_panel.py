@@ -69,7 +69,7 @@ def metrics_panel(trace: Trace, k: int) -> None:
     rec = recorder_at(trace, k)
     line = rec.log()
     st.markdown("**The log line** for steps 1 to k as one logging interval (one second per step):")
-    st.code(f"{line.level} {line.text}", language=None, wrap_lines=True)
+    st.code("\n".join(f"{line.level} {text}" for text in line.lines), language=None, wrap_lines=True)
     st.markdown("**PromQL** for Grafana (the ratios of rates over one range):")
     st.code("\n".join(promql("5m")), language="promql", wrap_lines=True)
     with st.expander(f"The exposition after step {k} (vllm:* families as /metrics serves them)"):

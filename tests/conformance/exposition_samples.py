@@ -5,7 +5,8 @@ Imported by the metrics conformance test (project venv) and by ``vllm_metrics_dr
 section 11 leaves out of the comparison is left out here: ``*_created`` samples (the time a
 series was made; the text parser reads them as families of their own), the families of
 the Python process (``python_*``, ``process_*``: not vLLM's), the timing histograms (wall clock),
-``vllm:cache_config_info`` and the offloading connector's ``vllm:kv_offload_*`` families.
+``vllm:cache_config_info`` and the offloading connector's transfer and lookup-delay families
+(``OFFLOAD_EXCLUDED``); its scheduler-side ``vllm:kv_offload_*`` families are compared.
 """
 
 from __future__ import annotations
@@ -22,13 +23,27 @@ TIMING_FAMILIES = frozenset(
         "vllm:request_decode_time_seconds",
     }
 )
-EXCLUDED_FAMILIES = TIMING_FAMILIES | {"vllm:cache_config_info"}
-# The offloading connector's own families (KVConnectorPromMetrics of vLLM's OffloadingConnector):
-# transfer bytes, times and sizes come from the worker's transfer stats, which the conformance
-# driver's played worker makes up (it moves no bytes), and the lookup delays are wall clock, so
-# neither is something the explorer can model; the scheduler-side ones (allocation failures, the
-# CPU tier's allocation sizes and usage gauges) are not exported yet (design section 11).
-EXCLUDED_PREFIXES = ("vllm:kv_offload_",)
+# The offloading connector's families (its KVConnectorPromMetrics) that stay out: transfer
+# bytes, times and sizes (and their deprecated ``transfer_type`` forms) come from the worker's
+# transfer stats, which the conformance driver's played worker makes up (it moves no bytes),
+# and the lookup delays are wall clock (design section 11). Counters are named without
+# ``_total``, as ``parse`` names their families.
+OFFLOAD_EXCLUDED = frozenset(
+    {
+        "vllm:kv_offload_load_bytes",
+        "vllm:kv_offload_load_time",
+        "vllm:kv_offload_load_size",
+        "vllm:kv_offload_store_bytes",
+        "vllm:kv_offload_store_time",
+        "vllm:kv_offload_store_size",
+        "vllm:kv_offload_total_bytes",
+        "vllm:kv_offload_total_time",
+        "vllm:kv_offload_size",
+        "vllm:kv_offload_lookup_sync_delay_seconds",
+        "vllm:kv_offload_lookup_async_delay_seconds",
+    }
+)
+EXCLUDED_FAMILIES = TIMING_FAMILIES | {"vllm:cache_config_info"} | OFFLOAD_EXCLUDED
 _HISTOGRAM_SUFFIXES = ("_bucket", "_count", "_sum")
 
 
@@ -49,12 +64,7 @@ def _key(name: str, labels: str) -> str:
 
 
 def _kept(family: str) -> bool:
-    return (
-        family.startswith("vllm:")
-        and not family.endswith("_created")
-        and family not in EXCLUDED_FAMILIES
-        and not family.startswith(EXCLUDED_PREFIXES)
-    )
+    return family.startswith("vllm:") and not family.endswith("_created") and family not in EXCLUDED_FAMILIES
 
 
 def parse(text: str) -> tuple[dict[str, float], dict[str, list[str]]]:
@@ -80,6 +90,18 @@ def parse(text: str) -> tuple[dict[str, float], dict[str, list[str]]]:
                 continue
             samples[_key(name, labels.rstrip("}"))] = float(value)
     return samples, {k: v for k, v in families.items() if _kept(k)}
+
+
+def registered(text: str) -> list[str]:
+    """Every ``vllm:`` family the exposition describes, exclusions not applied (counters without
+    ``_total``), sorted: to check that an exclusion names only families that exist."""
+    names = set()
+    for line in text.splitlines():
+        if line.startswith("# TYPE vllm:"):
+            name, _, kind = line[7:].partition(" ")
+            if not name.endswith("_created"):  # prometheus_client's series-creation gauges
+                names.add(name[: -len("_total")] if kind == "counter" and name.endswith("_total") else name)
+    return sorted(names)
 
 
 def deltas(texts: list[str]) -> list[dict[str, float]]:

@@ -3,8 +3,10 @@
 Runs inside vLLM's virtualenv, like ``vllm_sched_driver.py``, whose engine replay it extends
 (never imports ``explorer``). Protocol: one normalized engine-step scenario per JSON line on
 stdin, with ``"metrics": {"pace": S}``; one JSON line back: ``{"deltas": [per `step` op: the
-samples that changed since the step before], "final": {"samples", "families"}, "log": {"level", "text"}}`` (samples as
-``exposition_samples.py`` reads them), or ``{"error": ...}``.
+samples that changed since the step before], "final": {"samples", "families"}, "log": {"level", "text"},
+"spec_log": the SpecDecoding metrics line's {"level", "text"} or null, "registered": [every vllm:
+family, exclusions not applied]}`` (samples as ``exposition_samples.py``
+reads them), or ``{"error": ...}``.
 
 What it wires, as AsyncLLM does (vllm/v1/engine/async_llm.py: add_request, abort,
 output_handler): each arrival is also an ``EngineCoreRequest`` added to vLLM's own
@@ -12,8 +14,9 @@ output_handler): each arrival is also an ``EngineCoreRequest`` added to vLLM's o
 the scheduler; every ``update_from_output`` result is processed by the OutputProcessor (with an
 ``IterationStats`` when it has outputs) and recorded by ``PrometheusStatLogger`` and
 ``LoggingStatLogger`` (``served_model_name = "explorer"``, engine 0). The loggers' clock is a
-fake that advances ``pace`` seconds per ``step`` op; the log line is taken from the logger's
-call (its level and its formatted text) after the last op.
+fake that advances ``pace`` seconds per ``step`` op (SpecDecodingLogging's too); the log line
+and the SpecDecoding metrics line after it are taken from the logger's calls (level and
+formatted text) after the last op.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import vllm_sched_driver as base  # noqa: E402  (redirects stdout; its protocol stream is ours)
-from exposition_samples import deltas, parse  # noqa: E402
+from exposition_samples import deltas, parse, registered  # noqa: E402
 from prometheus_client import REGISTRY, generate_latest  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402
 from vllm.v1.engine import EngineCoreRequest  # noqa: E402
@@ -34,6 +37,7 @@ from vllm.v1.engine.output_processor import OutputProcessor  # noqa: E402
 from vllm.v1.metrics import loggers  # noqa: E402
 from vllm.v1.metrics.loggers import LoggingStatLogger, PrometheusStatLogger  # noqa: E402
 from vllm.v1.metrics.stats import IterationStats  # noqa: E402
+from vllm.v1.spec_decode import metrics as spec_metrics  # noqa: E402
 
 
 class FakeClock:
@@ -73,6 +77,7 @@ class MetricsReplay(base.EngineReplay):
         vc.model_config.served_model_name = "explorer"
         self.clock = FakeClock()
         loggers.time = self.clock
+        spec_metrics.time = self.clock  # SpecDecodingLogging's interval, on the same clock
         self.log_capture = CapturedLog()
         loggers.logger = self.log_capture
         self.output_processor = OutputProcessor(None, log_stats=True)
@@ -136,11 +141,15 @@ class MetricsReplay(base.EngineReplay):
         self.log_capture.lines.clear()
         self.logging.log()
         level, text = self.log_capture.lines[0]
-        samples, families = parse(generate_latest(REGISTRY).decode("utf-8"))
+        spec = [(lv, t) for lv, t in self.log_capture.lines[1:] if t.startswith("SpecDecoding metrics: ")]
+        final = generate_latest(REGISTRY).decode("utf-8")
+        samples, families = parse(final)
         return {
             "deltas": deltas(self.expositions),
             "final": {"samples": samples, "families": families},
             "log": {"level": level, "text": text},
+            "spec_log": {"level": spec[0][0], "text": spec[0][1]} if spec else None,
+            "registered": registered(final),
         }
 
 

@@ -7,8 +7,9 @@ fields prefix caching touches:
   connector worker's report;
 - `EngineCoreOutput` / `EngineCoreOutputs` (vllm/v1/engine/__init__.py): what
   ``update_from_output`` reports per request and per step;
-- `SchedulerStats` (vllm/v1/metrics/stats.py:186-216) with its `PrefixCacheStats` and
-  `SpecDecodingStats` (vllm/v1/spec_decode/metrics.py);
+- `SchedulerStats` (vllm/v1/metrics/stats.py:186-216) with its `PrefixCacheStats`,
+  `SpecDecodingStats` (vllm/v1/spec_decode/metrics.py) and the offloading connector's
+  scheduler-side `OffloadingConnectorStats` (kv_connector/v1/offloading/metrics.py);
 - `KVEventPublisher`: where ``update_from_output`` publishes its one `KVEventBatch` per step
   (vllm/distributed/kv_events.py); `KVEventCollector` keeps them, as a test harness does.
 """
@@ -118,6 +119,20 @@ class SpecDecodingStats:
 
 
 @dataclass
+class OffloadingConnectorStats:
+    """The offloading connector's scheduler-side stats of one update (its ``get_stats``, the
+    part that is no transfer and no clock): the stores the CPU tier refused since the last
+    update, the chunks each store asked the tier for since then, and the tier's usage now
+    (chunks pinned by in-flight stores and loads, by stores alone, by loads alone, over its size)."""
+
+    allocation_failures: int = 0
+    cpu_allocation_sizes: list[int] = field(default_factory=list)
+    cpu_cache_usage: float = 0.0
+    cpu_cache_write_usage: float = 0.0
+    cpu_cache_read_usage: float = 0.0
+
+
+@dataclass
 class SchedulerStats:
     num_running_reqs: int = 0
     num_waiting_reqs: int = 0
@@ -129,6 +144,8 @@ class SchedulerStats:
     num_skipped_waiting_reqs: int = 0
     # With speculative decoding: the drafts this update verified (None when it verified none).
     spec_decoding_stats: SpecDecodingStats | None = None
+    # With the offloading connector: its scheduler-side stats (vLLM: kv_connector_stats).
+    kv_connector_stats: OffloadingConnectorStats | None = None
 
 
 @dataclass

@@ -42,6 +42,7 @@ from explorer.core.sched.output import (
     KVEventCollector,
     KVEventPublisher,
     ModelRunnerOutput,
+    OffloadingConnectorStats,
     SchedulerOutput,
     SchedulerStats,
     SpecDecodingStats,
@@ -352,7 +353,8 @@ class Scheduler(WaitingPass, FinishAndReset):
             events.extend(self.connector.take_events())
         if events:
             self.kv_event_publisher.publish(KVEventBatch(ts=self.clock(), events=list(events)))
-        return EngineCoreOutputs(outputs, self.make_stats(spec_decoding_stats))
+        kv_stats = self.connector.get_kv_connector_stats() if self.connector is not None else None  # L2281-2292
+        return EngineCoreOutputs(outputs, self.make_stats(spec_decoding_stats, kv_stats))
 
     def _update_request_with_output(
         self, request: Request, new_token_ids: list[int], is_stale: bool = False
@@ -369,7 +371,9 @@ class Scheduler(WaitingPass, FinishAndReset):
                 break
         return new_token_ids, stopped
 
-    def make_stats(self, spec_decoding_stats: SpecDecodingStats | None = None) -> SchedulerStats | None:
+    def make_stats(
+        self, spec_decoding_stats: SpecDecodingStats | None = None, kv_stats: OffloadingConnectorStats | None = None
+    ) -> SchedulerStats | None:
         """The step's stats; the prefix-cache counters restart after each (L2859-2902)."""
         prefix_cache_stats = self.kv_cache_manager.make_prefix_cache_stats()
         if prefix_cache_stats is None:
@@ -388,4 +392,5 @@ class Scheduler(WaitingPass, FinishAndReset):
             connector_stats,
             num_deferred,
             spec_decoding_stats,
+            kv_stats,
         )

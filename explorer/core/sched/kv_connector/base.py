@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from explorer.core.events import KVCacheEvent
-from explorer.core.sched.output import KVConnectorOutput, SchedulerOutput
+from explorer.core.sched.output import KVConnectorOutput, OffloadingConnectorStats, SchedulerOutput
 
 if TYPE_CHECKING:
     from explorer.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
@@ -90,6 +90,10 @@ class KVConnectorBase:
     def has_pending_push_work(self) -> bool:
         """True keeps the engine stepping with no request (scheduler.py:2759-2772)."""
         return False
+
+    def get_kv_connector_stats(self) -> OffloadingConnectorStats | None:
+        """The connector's scheduler-side stats of one update (None: it keeps none)."""
+        return None
 
     def reset_cache(self) -> bool | None:
         """None (the base class's answer) counts as success (base.py:741-753)."""

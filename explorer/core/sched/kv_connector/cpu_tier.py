@@ -16,6 +16,8 @@ rank, from its last block back to its first, so a prefix's first block is the mo
 used. Eviction takes the lowest ranks among the evictable chunks, never one of the store's own
 keys. Chunk ids come from a fresh counter first, then from the freed list (last freed first).
 With events on, each eviction is one removal event and each completed store one store event.
+``get_stats`` reports, once per update, the chunks each store asked for since the last call
+(a refused store's too) and the share of the tier pinned by in-flight stores and loads.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum, auto
+
+from explorer.core.sched.output import OffloadingConnectorStats
 
 OffloadKey = bytes  # the block hash of a chunk's last block (group 0)
 
@@ -96,6 +100,8 @@ class CPUOffloadingManager:
         self._heap: list[tuple[int, OffloadKey]] = []
         self._next_rank = 0
         self._cache_generation = 0
+        self._num_write_pending_chunks = 0  # chunks being written (ref_cnt -1)
+        self._allocation_sizes: list[int] = []  # the chunks each store asked for since get_stats
 
     # ---- the chunk pool and the policy ---------------------------------------------------
 
@@ -202,6 +208,7 @@ class CPUOffloadingManager:
         self._record_access([k for k in keys if k in recorded], ctx)
         if not to_store:
             return [], []
+        self._allocation_sizes.append(len(to_store))
         evicted: list[OffloadKey] = []
         num_to_evict = len(to_store) - self._num_free_chunks()
         if num_to_evict > 0:
@@ -217,6 +224,7 @@ class CPUOffloadingManager:
             self.chunks[key] = self._allocate_chunk()
             self._next_rank += 1
             self._ranks[key] = self._next_rank
+        self._num_write_pending_chunks += len(to_store)
         return to_store, evicted
 
     def complete_store(self, keys: Sequence[OffloadKey]) -> list[OffloadKey]:
@@ -226,6 +234,7 @@ class CPUOffloadingManager:
             chunk = self.chunks.get(key)
             if chunk is not None and not chunk.is_ready:
                 chunk.ref_cnt = 0
+                self._num_write_pending_chunks -= 1
                 self._mark_evictable(key)
                 stored.append(key)
         if stored and self.events is not None:
@@ -251,6 +260,7 @@ class CPUOffloadingManager:
         self._heap.clear()
         self._next_rank = 0
         self._cache_generation += 1
+        self._num_write_pending_chunks = 0
         self._free_list.clear()
         self._num_allocated_chunks = 0
 
@@ -259,6 +269,21 @@ class CPUOffloadingManager:
             return []
         events, self.events = self.events, []
         return events
+
+    def get_stats(self) -> OffloadingConnectorStats:
+        """The store sizes since the last call (then forgotten) and the tier's usage: the chunks
+        neither free nor evictable (being written, or pinned by loads), over the tier's size;
+        the write share is the chunks being written, the read share the rest."""
+        sizes, self._allocation_sizes = self._allocation_sizes, []
+        num_used = len(self.chunks) - len(self._evictable)
+        usage = num_used / self.num_chunks if self.num_chunks > 0 else 0.0
+        write_usage = self._num_write_pending_chunks / self.num_chunks if self.num_chunks > 0 else 0.0
+        return OffloadingConnectorStats(
+            cpu_allocation_sizes=sizes,
+            cpu_cache_usage=usage,
+            cpu_cache_write_usage=write_usage,
+            cpu_cache_read_usage=max(usage - write_usage, 0.0),
+        )
 
     def lru_order(self) -> list[CPUChunk]:
         """Every chunk, least recently used first."""

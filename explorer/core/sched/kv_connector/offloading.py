@@ -16,6 +16,8 @@ chunk, the LRU policy, prompt tokens only (vLLM's defaults).
   again at its next step. A finished request's chunks become the most recently used.
 - ``update_connector_output``: the worker's completed jobs: stores become ready, loads unpin.
 - ``reset_cache`` forgets the tier; jobs in flight are dropped (their reports ignored).
+- ``get_kv_connector_stats`` (each update): the stores refused since the last update, with
+  the tier's own stats (``CPUOffloadingManager.get_stats``).
 A `KVCacheObserver` hears each store (with what it evicted, or that it was refused), each
 load, and what each update completed. `OffloadingWorker` plays the worker: every job of a
 batch completes with that batch's output.
@@ -38,7 +40,7 @@ from explorer.core.sched.kv_connector.cpu_tier import (
     OffloadKey,
     ReqContext,
 )
-from explorer.core.sched.output import KVConnectorOutput
+from explorer.core.sched.output import KVConnectorOutput, OffloadingConnectorStats
 
 if TYPE_CHECKING:
     from explorer.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
@@ -109,6 +111,7 @@ class OffloadingConnector(KVConnectorBase):
         self._job_counter = 0
         self._stale_job_threshold = 0
         self._jobs: dict[int, JobStatus] = {}
+        self._allocation_failures = 0  # stores the tier refused since the last get_kv_connector_stats
 
     @property
     def requires_kv_delivery(self) -> bool:
@@ -241,6 +244,7 @@ class OffloadingConnector(KVConnectorBase):
                 continue
             prepared = self.manager.prepare_store(keys, st.ctx)
             if prepared is None:  # too few evictable chunks: try again at the next step
+                self._allocation_failures += 1
                 if self.observer is not None:
                     self.observer.on_cpu_store(rid, tuple(keys), (), True)
                 continue
@@ -262,6 +266,12 @@ class OffloadingConnector(KVConnectorBase):
             if self.observer is not None:
                 self.observer.on_cpu_store(rid, tuple(to_store), tuple(evicted), False)
         return jobs
+
+    def get_kv_connector_stats(self) -> OffloadingConnectorStats:
+        """The update's stats: the refused stores since the last call, and the tier's."""
+        stats = self.manager.get_stats()
+        stats.allocation_failures, self._allocation_failures = self._allocation_failures, 0
+        return stats
 
     def has_pending_push_work(self) -> bool:
         """Jobs in flight keep the engine stepping."""
