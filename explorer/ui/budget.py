@@ -150,6 +150,10 @@ def release_cache(cache: ReplayCache) -> None:
     from the C allocator, and glibc's ``malloc_trim`` returns the freed pages. It runs now and
     again a few times later, for what the session's last script run frees when it ends."""
     cache.clear()
+    # Once here, not in the later trims: a full collection holds the interpreter for 60-90 ms
+    # with other sessions' replays in memory, and forty sessions ending in a minute would
+    # otherwise stall every other session's steps (Streamlit's own after-run collection is off).
+    gc.collect()
     trim_heap()
     for delay in TRIM_AGAIN_AFTER_S:
         timer = threading.Timer(delay, trim_heap)
@@ -158,10 +162,8 @@ def release_cache(cache: ReplayCache) -> None:
 
 
 def trim_heap() -> bool:
-    """Collect what only cycles kept alive, then give the C heap's free pages back to the system
-    (glibc's ``malloc_trim``); False where there is no glibc. (The app turns off Streamlit's full
-    collection after every script run, which cost 60-90 ms a step, so a release collects here.)"""
-    gc.collect()
+    """Give the C heap's free pages back to the system (glibc's ``malloc_trim``, which runs
+    without holding the interpreter); False where there is no glibc."""
     name = ctypes.util.find_library("c")
     if not name:
         return False
