@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import streamlit as st
 
+from explorer.ui.collector import freeze_imports
+
 # (page script, title, icon, url path), in menu order; the first is the default page.
 PAGES = [
     ("explorer/ui/pages/explorer.py", "Explorer", ":material/view_module:", "explorer"),
@@ -22,6 +24,7 @@ PAGES = [
 ]
 
 st.set_page_config(page_title="Prefix Cache Explorer", page_icon="🧱", layout="wide")
+freeze_imports()  # once per process: later full collections skip the imported modules
 pages = [
     st.Page(path, title=title, icon=icon, url_path=url, default=(i == 0))
     for i, (path, title, icon, url) in enumerate(PAGES)

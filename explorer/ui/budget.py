@@ -150,9 +150,9 @@ def release_cache(cache: ReplayCache) -> None:
     from the C allocator, and glibc's ``malloc_trim`` returns the freed pages. It runs now and
     again a few times later, for what the session's last script run frees when it ends."""
     cache.clear()
-    # Once here, not in the later trims: a full collection holds the interpreter for 60-90 ms
-    # with other sessions' replays in memory, and forty sessions ending in a minute would
-    # otherwise stall every other session's steps (Streamlit's own after-run collection is off).
+    # Streamlit's collection after every run is off (.streamlit/config.toml): collect what only
+    # cycles kept alive, once here and not in each later trim, since a collection holds the
+    # interpreter while every other session waits (short since explorer/ui/collector.py).
     gc.collect()
     trim_heap()
     for delay in TRIM_AGAIN_AFTER_S:
