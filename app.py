@@ -1,4 +1,5 @@
-"""Prefix Cache Explorer: page setup and navigation, nothing else.
+"""Prefix Cache Explorer: page setup and navigation (and, once per process, the garbage
+collector's freeze of the imported modules: explorer/ui/collector.py), nothing else.
 
 Each page is a script in explorer/ui/pages/ that Streamlit runs only when it is shown, so a
 page's heavy imports (torch, zmq) never slow the others down. Pages link to each other by
