@@ -131,25 +131,32 @@ def test_exposition_and_log_line_match_vllm(metrics_oracle, path):
     assert differences(ours(scenario), theirs) == []
 
 
+def vllm_answers_equal_ours(metrics_oracle, scenarios) -> list:
+    """vLLM's answers for the scenarios, each first checked equal to ours (its first three
+    differences named when not): the random tests then count what the scenarios exercised."""
+    answers = metrics_oracle.replay_many(normalized(sc) for sc in scenarios)
+    differing = {}
+    for sc, theirs in zip(scenarios, answers, strict=True):
+        assert "error" not in theirs, (sc.source, theirs)
+        diffs = differences(ours(sc), theirs)
+        if diffs:
+            differing[sc.source] = diffs[:3]
+    assert differing == {}, f"{len(differing)} of {len(scenarios)} scenarios differ: {differing}"
+    return answers
+
+
 def test_random_scenarios_match_vllm_under_both_schedulers(metrics_oracle):
     scenarios = [
         parse_scenario_dict(raw, f"random engine steps seed {seed} ({raw['engine']['scheduler']})")
         for seed in RANDOM_SEEDS
         for raw in both_schedulers(seed)
     ]
-    answers = metrics_oracle.replay_many(normalized(sc) for sc in scenarios)
-    differing = {}
     seen = {"preemptions": 0.0, "hits": 0.0, "finished": 0.0}
-    for sc, theirs in zip(scenarios, answers, strict=True):
-        assert "error" not in theirs, (sc.source, theirs)
-        diffs = differences(ours(sc), theirs)
-        if diffs:
-            differing[sc.source] = diffs[:3]
+    for theirs in vllm_answers_equal_ours(metrics_oracle, scenarios):
         s = theirs["final"]["samples"]
         seen["preemptions"] += s['vllm:num_preemptions_total{engine="0",model_name="explorer"}']
         seen["hits"] += s['vllm:prefix_cache_hits_total{engine="0",model_name="explorer"}']
         seen["finished"] += s['vllm:request_prefill_kv_computed_tokens_count{engine="0",model_name="explorer"}']
-    assert differing == {}, f"{len(differing)} of {len(scenarios)} scenarios differ: {differing}"
     assert all(v >= 50 for v in seen.values()), seen
 
 
@@ -168,18 +175,11 @@ def test_random_connector_scenarios_match_vllm(metrics_oracle):
                 continue
             scenarios.append(sc)
     assert len(scenarios) >= 20
-    answers = metrics_oracle.replay_many(normalized(sc) for sc in scenarios)
-    differing = {}
     external = 0.0
-    for sc, theirs in zip(scenarios, answers, strict=True):
-        assert "error" not in theirs, (sc.source, theirs)
-        diffs = differences(ours(sc), theirs)
-        if diffs:
-            differing[sc.source] = diffs[:3]
+    for theirs in vllm_answers_equal_ours(metrics_oracle, scenarios):
         external += theirs["final"]["samples"][
             'vllm:external_prefix_cache_hits_total{engine="0",model_name="explorer"}'
         ]
-    assert differing == {}, f"{len(differing)} of {len(scenarios)} scenarios differ: {differing}"
     assert external > 0
 
 
@@ -208,21 +208,14 @@ def test_random_offloading_scenarios_match_vllm(metrics_oracle):
         for seed in OFFLOADING_SEEDS
         for raw in under_both_schedulers(random_offloading_raw_scenario(seed))
     ]
-    answers = metrics_oracle.replay_many(normalized(sc) for sc in scenarios)
-    differing = {}
     seen = {"failures": 0.0, "stores": 0.0, "write_usage": 0, "read_usage": 0}
-    for sc, theirs in zip(scenarios, answers, strict=True):
-        assert "error" not in theirs, (sc.source, theirs)
-        diffs = differences(ours(sc), theirs)
-        if diffs:
-            differing[sc.source] = diffs[:3]
+    for theirs in vllm_answers_equal_ours(metrics_oracle, scenarios):
         s = theirs["final"]["samples"]
         seen["failures"] += s.get(f"vllm:kv_offload_allocation_failure_total{SERIES}", 0.0)
         seen["stores"] += s.get(f"vllm:kv_offload_cpu_allocation_size_count{SERIES}", 0.0)
         for d in theirs["deltas"]:
             seen["write_usage"] += d.get(f"vllm:kv_offload_cpu_cache_write_usage_perc{SERIES}", 0.0) > 0
             seen["read_usage"] += d.get(f"vllm:kv_offload_cpu_cache_read_usage_perc{SERIES}", 0.0) > 0
-    assert differing == {}, f"{len(differing)} of {len(scenarios)} scenarios differ: {differing}"
     assert all(v >= 10 for v in seen.values()), seen
 
 
@@ -240,14 +233,5 @@ def test_random_speculative_scenarios_match_vllm(metrics_oracle):
     """The SpecDecoding metrics line (and every sample, the spec-decode counters included) on
     random speculative engine-step scenarios, every drafting method (the generator draws the sync scheduler)."""
     scenarios = [parse_scenario_dict(random_spec_engine_steps(s), f"spec engine steps seed {s}") for s in SPEC_SEEDS]
-    answers = metrics_oracle.replay_many(normalized(sc) for sc in scenarios)
-    differing = {}
-    logged = 0
-    for sc, theirs in zip(scenarios, answers, strict=True):
-        assert "error" not in theirs, (sc.source, theirs)
-        diffs = differences(ours(sc), theirs)
-        if diffs:
-            differing[sc.source] = diffs[:3]
-        logged += theirs["spec_log"] is not None
-    assert differing == {}, f"{len(differing)} of {len(scenarios)} scenarios differ: {differing}"
+    logged = sum(theirs["spec_log"] is not None for theirs in vllm_answers_equal_ours(metrics_oracle, scenarios))
     assert logged >= len(scenarios) // 2, logged
