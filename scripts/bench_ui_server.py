@@ -144,6 +144,18 @@ def _report(name: str, times: list[float], first: float, target_ms: float) -> bo
     return ok
 
 
+def _bench(view, name: str, target_ms: float, repeat: int) -> bool:
+    """Open the page on ``view`` (None: the default lesson), step through it ``repeat`` times
+    and report against ``target_ms``; ``name`` may name the step count as ``{n}``."""
+    t = time.perf_counter()
+    at = _make(view).run()
+    first = (time.perf_counter() - t) * 1000
+    if at.exception:
+        raise SystemExit(f"page raised: {at.exception[0].message}")
+    n = int(at.session_state["px_n_steps"])
+    return _report(name.format(n=n), _steps(at, range(1, n + 1), repeat), first, target_ms)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
@@ -151,33 +163,14 @@ def main() -> int:
 
     from explorer.ui.state import ViewState
 
-    t = time.perf_counter()
-    at = _make().run()
-    first = (time.perf_counter() - t) * 1000
-    n = int(at.session_state["px_n_steps"])
-    small = _steps(at, range(1, n + 1), args.repeat)
-    ok1 = _report(f"default lesson ({n} steps, 300 blocks)", small, first, 150)
-
-    view = ViewState(lesson=None, upload=("bench_big.toml", BIG_SCENARIO.encode()), step=0)
-    t = time.perf_counter()
-    at = _make(view).run()
-    first = (time.perf_counter() - t) * 1000
-    if at.exception:
-        raise SystemExit(f"page raised: {at.exception[0].message}")
-    n = int(at.session_state["px_n_steps"])
-    big = _steps(at, range(1, n + 1), args.repeat)
-    ok2 = _report(f"2,000 blocks, prompts of 24,000 and 31,744 tokens ({n} steps)", big, first, 1000)
-
-    view = ViewState(lesson=None, upload=("bench_engine_steps.toml", engine_step_scenario().encode()), step=0)
-    t = time.perf_counter()
-    at = _make(view).run()
-    first = (time.perf_counter() - t) * 1000
-    if at.exception:
-        raise SystemExit(f"page raised: {at.exception[0].message}")
-    n = int(at.session_state["px_n_steps"])
-    eng = _steps(at, range(1, n + 1), args.repeat)
-    ok3 = _report(f"engine steps: 8 requests, 40 steps ({n} ops, async, budget 256)", eng, first, 150)
-    return 0 if ok1 and ok2 and ok3 else 1
+    big = ViewState(lesson=None, upload=("bench_big.toml", BIG_SCENARIO.encode()), step=0)
+    eng = ViewState(lesson=None, upload=("bench_engine_steps.toml", engine_step_scenario().encode()), step=0)
+    oks = [
+        _bench(None, "default lesson ({n} steps, 300 blocks)", 150, args.repeat),
+        _bench(big, "2,000 blocks, prompts of 24,000 and 31,744 tokens ({n} steps)", 1000, args.repeat),
+        _bench(eng, "engine steps: 8 requests, 40 steps ({n} ops, async, budget 256)", 150, args.repeat),
+    ]
+    return 0 if all(oks) else 1
 
 
 if __name__ == "__main__":
