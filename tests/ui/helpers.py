@@ -5,11 +5,15 @@ from __future__ import annotations
 import importlib
 import json
 import re
+from collections.abc import Iterator
 from html import unescape
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
+from explorer.scenario.engine import replay
+from explorer.scenario.parse import load_scenario
+from explorer.scenario.trace import Step
 from explorer.ui.html_block import COMPONENT as HTML_BLOCK
 
 # A page run on its own is its own main script, and Streamlit puts the script's folder first on
@@ -118,6 +122,20 @@ def step_to(at: AppTest, k: int) -> AppTest:
     cannot drive a component: the browser tests move the slider itself)."""
     at.session_state["px_view"] = view(at).with_(step=k)
     return at.run()
+
+
+def step_through_lesson(stem: str) -> Iterator[tuple[int, Step, AppTest]]:
+    """Open lesson ``stem`` in the explorer and go to each of its steps in turn: (k, step k's
+    record, the page) once step k is drawn with no exception and no error (the browser tests'
+    twin: tests/e2e/conftest.py's step_through_lesson)."""
+    trace = replay(load_scenario(ROOT / "lessons" / f"{stem}.toml"))
+    at = explorer({"lesson": stem})
+    no_exception(at)
+    for k, step in enumerate(trace.steps, start=1):
+        at = step_to(at, k)
+        no_exception(at)
+        assert errors(at) == [], (k, errors(at))
+        yield k, step, at
 
 
 def n_steps(at: AppTest) -> int:

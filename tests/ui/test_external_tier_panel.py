@@ -7,7 +7,7 @@ from __future__ import annotations
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario
 from explorer.viz.external_tier_html import external_tier_html
-from tests.ui.helpers import ROOT, all_html, errors, explorer, no_exception, step_to
+from tests.ui.helpers import ROOT, all_html, step_through_lesson
 
 LESSON = "18_external_tier"
 
@@ -17,15 +17,7 @@ def _trace():
 
 
 def test_every_step_of_the_connector_lesson_renders_with_the_panel_where_the_connector_acted():
-    trace = _trace()
-    at = explorer({"lesson": LESSON})
-    no_exception(at)
-    drawn = {}
-    for k in range(1, len(trace.steps) + 1):
-        at = step_to(at, k)
-        no_exception(at)
-        assert errors(at) == [], (k, errors(at))
-        drawn[k] = all_html(at)
+    drawn = {k: all_html(at) for k, _, at in step_through_lesson(LESSON)}
     assert 'data-px-panel="external"' in drawn[2] and 'data-px-xt-lookup="A"' in drawn[2]
     assert 'data-px-xt-waiting="A"' in drawn[2]  # holding its blocks, unhashed
     assert 'data-px-xt-loaded="A"' in drawn[3] and 'data-px-xt-waiting="A"' not in drawn[3]

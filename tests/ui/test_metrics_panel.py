@@ -6,7 +6,7 @@ from __future__ import annotations
 from explorer.metrics.replay import points, step_rates
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario
-from tests.ui.helpers import ROOT, all_html, errors, explorer, no_exception, step_to
+from tests.ui.helpers import ROOT, all_html, explorer, no_exception, step_through_lesson, step_to
 
 
 def _metric(at, label: str) -> str:
@@ -16,12 +16,7 @@ def _metric(at, label: str) -> str:
 def test_the_panel_shows_the_three_rates_of_each_step():
     trace = replay(load_scenario(ROOT / "lessons" / "10_metrics.toml"))
     pts = points(trace)
-    at = explorer({"lesson": "10_metrics"})
-    no_exception(at)
-    for k in range(1, len(trace.steps) + 1):
-        at = step_to(at, k)
-        no_exception(at)
-        assert errors(at) == []
+    for k, _, at in step_through_lesson("10_metrics"):
         p = pts[k - 1]
         assert f'data-px-metrics="{k}"' in all_html(at)
         assert _metric(at, "Counters") == ("none" if p.total_rate is None else f"{p.total_rate:.1%}")

@@ -12,7 +12,17 @@ from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario
 from explorer.ui.lesson_files import ENGINE_STEPS, MANAGER_OPS, list_lessons
 from explorer.ui.state import ViewState
-from tests.ui.helpers import ROOT, all_html, app_page, bound, errors, explorer, no_exception, step_to
+from tests.ui.helpers import (
+    ROOT,
+    all_html,
+    app_page,
+    bound,
+    errors,
+    explorer,
+    no_exception,
+    step_through_lesson,
+    step_to,
+)
 
 ENGINE_LESSONS = ["14_engine_step", "15_async_hash_later"]
 
@@ -24,15 +34,9 @@ def _trace(name: str):
 @pytest.mark.parametrize("name", ENGINE_LESSONS)
 def test_every_step_of_an_engine_step_lesson_renders(name):
     trace = _trace(name)
-    at = explorer({"lesson": name})
-    no_exception(at)
-    for k in range(1, len(trace.steps) + 1):
-        at = step_to(at, k)
-        no_exception(at)
-        assert errors(at) == [], (k, errors(at))
+    for k, step, at in step_through_lesson(name):
         html = all_html(at)
         assert f'data-px-now="{k}"' in html
-        step = trace.steps[k - 1]
         if step.op.op == "step":
             es = step.engine_step
             assert 'data-px-panel="batch"' in html, k

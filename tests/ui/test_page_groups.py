@@ -9,7 +9,7 @@ import re
 
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario
-from tests.ui.helpers import ROOT, all_html, errors, explorer, no_exception, step_to
+from tests.ui.helpers import ROOT, all_html, explorer, step_through_lesson, step_to
 
 LESSON = "16_sliding_window"
 
@@ -20,14 +20,8 @@ def _trace():
 
 def test_every_step_of_the_sliding_window_lesson_renders_its_groups():
     trace = _trace()
-    at = explorer({"lesson": LESSON})
-    no_exception(at)
-    for k in range(1, len(trace.steps) + 1):
-        at = step_to(at, k)
-        no_exception(at)
-        assert errors(at) == [], (k, errors(at))
+    for k, step, at in step_through_lesson(LESSON):
         html = all_html(at)
-        step = trace.steps[k - 1]
         # a block-table row per group for every live request, its null blocks counted
         for r in trace.snapshot_at(k).requests:
             for gid, ids in enumerate(r.block_ids_by_group):

@@ -9,21 +9,15 @@ import re
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario
 from explorer.viz.spec_decode_html import spec_decode_html
-from tests.ui.helpers import ROOT, all_html, errors, explorer, no_exception, now_text, step_to
+from tests.ui.helpers import ROOT, all_html, now_text, step_through_lesson
 
 LESSON = "17_speculative_decoding"
 
 
 def test_every_step_of_the_lesson_draws_what_its_records_say():
     trace = replay(load_scenario(ROOT / "lessons" / f"{LESSON}.toml"))
-    at = explorer({"lesson": LESSON})
-    no_exception(at)
-    for k in range(1, len(trace.steps) + 1):
-        at = step_to(at, k)
-        no_exception(at)
-        assert errors(at) == [], (k, errors(at))
+    for k, step, at in step_through_lesson(LESSON):
         html = all_html(at)
-        step = trace.steps[k - 1]
         assert re.findall(r'data-px-eagle-drop="(\d+)"', html) == [str(b) for _, b in step.eagle_dropped], k
         drafts = re.findall(r'data-px-drafts="([^"]+)"', html)
         assert drafts == [f"{d.request_id}:{d.num_accepted}/{d.num_drafts}" for d in step.drafts], k
