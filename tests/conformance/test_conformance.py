@@ -108,16 +108,11 @@ def random_case(seed: int) -> dict:
     return random_scenario(seed, lo + (seed * 7919) % (hi - lo + 1))
 
 
-@pytest.fixture(scope="module")
-def random_results(vllm_oracle):
-    """seed -> (our replay JSON, vLLM's answer), the vLLM side as one pipelined batch.
-
-    The driver replays in its own process while we replay ours here.
-    """
-    cases = {}
-    for seed in RANDOM_SEEDS:
-        scenario = parse_scenario_dict(random_case(seed), f"random seed {seed}")
-        cases[seed] = (scenario, *_vllm_seed(scenario))
+def results_beside_vllm(vllm_oracle, scenarios: dict) -> dict:
+    """key -> (our replay JSON, vLLM's answer) for each scenario. vLLM's side goes as one
+    pipelined batch from a thread (the driver replays in its own process) while we replay ours
+    here."""
+    cases = {key: (sc, *_vllm_seed(sc)) for key, sc in scenarios.items()}
     answers: list = []
     failure: list[BaseException] = []
 
@@ -129,11 +124,19 @@ def random_results(vllm_oracle):
 
     asker = threading.Thread(target=ask, name="vllm-batch")
     asker.start()
-    ours = {seed: _ours(sc, os_) for seed, (sc, os_, _) in cases.items()}
+    ours = {key: _ours(sc, os_) for key, (sc, os_, _) in cases.items()}
     asker.join()
     if failure:
         raise failure[0]
-    return {seed: (ours[seed], theirs) for seed, theirs in zip(cases, answers)}
+    return {key: (ours[key], theirs) for key, theirs in zip(cases, answers)}
+
+
+@pytest.fixture(scope="module")
+def random_results(vllm_oracle):
+    """seed -> (our replay JSON, vLLM's answer)."""
+    return results_beside_vllm(
+        vllm_oracle, {seed: parse_scenario_dict(random_case(seed), f"random seed {seed}") for seed in RANDOM_SEEDS}
+    )
 
 
 @pytest.mark.parametrize("seed", RANDOM_SEEDS)

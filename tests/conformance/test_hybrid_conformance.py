@@ -15,8 +15,6 @@ KVCacheManager (spec part 2 rule 70's recipe, in ``vllm_driver.py``).
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from explorer.core.hashing import init_none_hash
@@ -30,7 +28,7 @@ from explorer.scenario.parse import parse_scenario_dict
 from explorer.scenario.randgen import random_scenario
 from tests.conformance.engine_step_scenarios import random_raw_scenario, under_both_schedulers
 from tests.conformance.oracle import compare
-from tests.conformance.test_conformance import _report, _vllm_seed
+from tests.conformance.test_conformance import _report, results_beside_vllm
 
 pytestmark = pytest.mark.conformance
 
@@ -106,26 +104,10 @@ def hybrid_case(seed: int) -> dict:
 
 @pytest.fixture(scope="module")
 def hybrid_results(vllm_oracle):
-    cases = {}
-    for seed in RANDOM_SEEDS:
-        scenario = parse_scenario_dict(hybrid_case(seed), f"random hybrid seed {seed}")
-        cases[seed] = (scenario, *_vllm_seed(scenario))
-    answers: list = []
-    failure: list[BaseException] = []
-
-    def ask() -> None:
-        try:
-            answers.extend(vllm_oracle.replay_many(sc.normalized(vs) for sc, _, vs in cases.values()))
-        except BaseException as exc:
-            failure.append(exc)
-
-    asker = threading.Thread(target=ask, name="vllm-hybrid-batch")
-    asker.start()
-    ours = {seed: replay(sc, hash_seed=os_).to_json() for seed, (sc, os_, _) in cases.items()}
-    asker.join()
-    if failure:
-        raise failure[0]
-    return {seed: (ours[seed], theirs) for seed, theirs in zip(cases, answers)}
+    return results_beside_vllm(
+        vllm_oracle,
+        {seed: parse_scenario_dict(hybrid_case(seed), f"random hybrid seed {seed}") for seed in RANDOM_SEEDS},
+    )
 
 
 @pytest.mark.parametrize("seed", RANDOM_SEEDS)
