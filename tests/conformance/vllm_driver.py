@@ -52,7 +52,7 @@ from vllm.v1.core.kv_cache_utils import (  # noqa: E402
 )
 from vllm.v1.kv_cache_interface import KVCacheConfig  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
-from vllm_groups import kv_cache_groups  # noqa: E402  (beside this file)
+from vllm_groups import TINY_LLAMA, kv_cache_groups  # noqa: E402  (beside this file)
 
 
 class ScenarioError(Exception):
@@ -76,22 +76,6 @@ def _encode_events(events) -> list:
     return [_jsonable(msgspec.msgpack.decode(msgspec.msgpack.encode(ev))) for ev in events]
 
 
-# A 2-layer Llama shape (as vllm_sched_driver.py): what speculative settings are read against.
-_TINY_LLAMA = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 2,
-    "vocab_size": 1000,
-    "rms_norm_eps": 1e-5,
-    "torch_dtype": "float32",
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-    "max_position_embeddings": 4096,
-}
 _SPEC_NUMBERS: dict[tuple[str, int], tuple[bool, int, int]] = {}  # one VllmConfig per setting
 
 
@@ -109,7 +93,7 @@ def _spec_numbers(spec: dict | None) -> tuple[bool, int, int]:
         from vllm.config import DeviceConfig, ModelConfig, ParallelConfig, SpeculativeConfig, VllmConfig
 
         folder = Path(tempfile.mkdtemp(prefix="vllm-spec-model-"))
-        (folder / "config.json").write_text(json.dumps(_TINY_LLAMA))
+        (folder / "config.json").write_text(json.dumps(dict(TINY_LLAMA, max_position_embeddings=4096)))
         mc = ModelConfig(model=str(folder), skip_tokenizer_init=True, dtype="float32", max_model_len=4096)
         method, k = key
         try:

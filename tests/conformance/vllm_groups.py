@@ -1,6 +1,7 @@
-"""KV cache groups for the vLLM drivers (runs in .venv-vllm; imported by vllm_driver.py and
-vllm_sched_driver.py, which run as scripts from this folder): a normalized scenario's engine
-keys -> vLLM's KVCacheGroupSpecs, hash and scheduler block sizes and retention interval."""
+"""What both vLLM drivers build vLLM's configs from (runs in .venv-vllm; imported by
+vllm_driver.py and vllm_sched_driver.py, which run as scripts from this folder): a normalized
+scenario's engine keys -> vLLM's KVCacheGroupSpecs, hash and scheduler block sizes and retention
+interval, and the tiny model shape whose config.json ModelConfig reads."""
 
 from __future__ import annotations
 
@@ -8,6 +9,23 @@ import math
 
 import torch
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheGroupSpec, SlidingWindowSpec
+
+# A 2-layer Llama shape: ModelConfig reads only config.json (no weights, no tokenizer); each
+# driver adds the max_position_embeddings its max_model_len needs.
+TINY_LLAMA = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 2,
+    "vocab_size": 1000,
+    "rms_norm_eps": 1e-5,
+    "torch_dtype": "float32",
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
 
 
 def kv_cache_groups(eng: dict) -> tuple[list, int, int, int | None]:

@@ -67,7 +67,7 @@ from vllm.v1.kv_cache_interface import KVCacheConfig  # noqa: E402
 from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, DraftTokenIds, KVConnectorOutput, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
-from vllm_groups import kv_cache_groups  # noqa: E402  (beside this file)
+from vllm_groups import TINY_LLAMA, kv_cache_groups  # noqa: E402  (beside this file)
 
 HERE = Path(__file__).resolve().parent
 # vLLM's KVConnectorFactory imports the test connector by module name (design section 10).
@@ -87,21 +87,6 @@ class ScenarioError(Exception):
 
 # ---- configs, cached per distinct setting -------------------------------------------------
 
-# A 2-layer Llama shape: ModelConfig reads only config.json (no weights, no tokenizer).
-_TINY_LLAMA = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 2,
-    "vocab_size": 1000,
-    "rms_norm_eps": 1e-5,
-    "torch_dtype": "float32",
-    "bos_token_id": 1,
-    "eos_token_id": 2,
-}
 _MAX_CACHED_CONFIGS = 64  # every size has a cap: the least recently used setting is dropped
 
 
@@ -119,7 +104,7 @@ class Configs:
         if mc is None:
             folder = Path(self._root.name) / str(max_model_len)
             folder.mkdir(exist_ok=True)
-            shape = dict(_TINY_LLAMA, max_position_embeddings=max(max_model_len, 4096))
+            shape = dict(TINY_LLAMA, max_position_embeddings=max(max_model_len, 4096))
             (folder / "config.json").write_text(json.dumps(shape))
             mc = ModelConfig(model=str(folder), skip_tokenizer_init=True, dtype="float32", max_model_len=max_model_len)
             self._models[max_model_len] = mc
