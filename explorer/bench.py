@@ -327,6 +327,19 @@ def _print_human(r: dict[str, Any]) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if getattr(args, "reasons", False):
+        from explorer.traffic.reasons_bench import run_reasons_bench
+
+        r = run_reasons_bench(300, (1000, 4000, 16000), args.repeat)
+        sys.stdout.write(
+            (
+                json.dumps(r)
+                if args.json
+                else f"miss reasons: {r['replay_with_reasons_s']} s with, {r['replay_s']} s without = {r['reasons_ratio']}x; Belady {r['belady_s']} s"
+            )
+            + "\n"
+        )
+        return 0
     if getattr(args, "engine_steps", False):
         steps = run_step_bench(args.seed, args.repeat)
         if args.json:

@@ -6,6 +6,8 @@ that message on one line and exits 2; the UI shows it in an error element. Anyth
 escapes is a bug in the explorer, not in the input.
 """
 
+from pathlib import Path
+
 from explorer.core.errors import BadInput
 
 __all__ = ["BadInput", "read_user_file"]
@@ -13,7 +15,7 @@ __all__ = ["BadInput", "read_user_file"]
 _CHUNK = 1 << 20
 
 
-def read_user_file(path, what: str, max_bytes: int) -> bytes:
+def read_user_file(path: str | Path, what: str, max_bytes: int) -> bytes:
     """The bytes of a file the user named, or a BadInput saying why not (missing, a directory,
     not a regular file, unreadable, larger than ``max_bytes``). ``what`` names the kind of file
     in messages.

@@ -10,6 +10,7 @@ from explorer.core.events import to_json_value
 from explorer.core.hashing import external_block_hash, init_none_hash, make_block_hash_with_group_id
 from explorer.core.kv_cache_utils import generate_block_hash_extra_keys, get_request_block_hasher, resolve_block_hashes
 from explorer.core.request import LoRARequest, MultiModalFeature, Request
+from explorer.extra_keys import check_extra_keys
 
 MAX_HASH_BLOCKS = 1 << 18  # full blocks one table may list (262,144: a 4M-token prompt at block size 16)
 
@@ -61,6 +62,7 @@ def block_hash_table(
     if not 0 <= group_id < 2**32:
         raise ConfigError(f"group id must be in [0, 2**32), got {group_id}")
     check_table_size(len(tokens), block_size)
+    check_extra_keys(len(tokens), block_size, (lora.lora_name, lora.lora_path) if lora else None, cache_salt, mm)
     _check_text(hash_seed, "hash seed")
     _check_text(cache_salt, "cache salt")
     if lora is not None:

@@ -16,9 +16,14 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from explorer import model_file
+from explorer import model_file, tokenizer_cache
 from explorer.errors import BadInput
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 MAX_TOKEN_ID = 2**31  # exclusive: every INT of a spec is in [0, 2**31)
 
@@ -174,19 +179,19 @@ def tokenizer_available() -> bool:
     )
 
 
-def _gguf_strings(reader, key: str) -> list[str]:
+def _gguf_strings(reader: Any, key: str) -> list[str]:
     # Read through `parts`/`data` (each array element's index into `parts`) rather than
     # `ReaderField.contents()`, which older gguf releases lack.
     field = reader.fields[key]
     return [bytes(field.parts[i]).decode("utf-8") for i in field.data]
 
 
-def _gguf_ints(reader, key: str) -> list[int]:
+def _gguf_ints(reader: Any, key: str) -> list[int]:
     field = reader.fields[key]
     return [int(field.parts[i][0]) for i in field.data]
 
 
-def _gguf_str(reader, key: str) -> str | None:
+def _gguf_str(reader: Any, key: str) -> str | None:
     field = reader.fields.get(key)
     return None if field is None else bytes(field.parts[field.data[0]]).decode("utf-8")
 
@@ -197,8 +202,31 @@ def _merge_pair(merge: str) -> tuple[str, str]:
 
 
 @functools.lru_cache(maxsize=2)
-def _load_tokenizer(path: str):
-    """Build the tokenizer from the GGUF file at `path` (cached: the result is only read)."""
+def _load_tokenizer(path: str) -> Tokenizer:
+    """The tokenizer of the GGUF file at `path` (cached: the result is only read).
+
+    Building it from the file takes seconds (8.5 s on a 2-core machine), loading the built one
+    from its tokenizer.json a fraction of that; so the first process builds and saves it
+    (explorer/tokenizer_cache.py) and every later one loads it.
+    """
+    try:
+        from tokenizers import Tokenizer
+    except ImportError as e:
+        raise BadInput(f"text needs the `gguf` and `tokenizers` packages ({e}); use a token spec instead") from e
+    cached = tokenizer_cache.path_for(path, Path(__file__).read_bytes())
+    if cached is not None and cached.is_file():
+        try:
+            return Tokenizer.from_file(str(cached))
+        except Exception:  # tokenizers raises a bare Exception for a torn or foreign file: rebuild
+            pass
+    tok = _build_tokenizer(path)
+    if cached is not None:
+        tokenizer_cache.save(cached, tok.to_str())
+    return tok
+
+
+def _build_tokenizer(path: str) -> Tokenizer:
+    """Build the tokenizer from the GGUF file at `path`."""
     try:
         from gguf import GGUFReader
         from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
@@ -236,7 +264,7 @@ def _load_tokenizer(path: str):
     return tok
 
 
-def _tokenizer():
+def _tokenizer() -> Tokenizer:
     path = model_file.find_smollm2_gguf()  # via the module, so tests can stand in a missing file
     if path is None:
         raise BadInput(_missing_file_message())
@@ -261,7 +289,7 @@ def encode_text(text: str) -> list[int]:
     return _tokenizer().encode(text, add_special_tokens=False).ids
 
 
-def _check_ids(tok, ids: Sequence[int]) -> list[int]:
+def _check_ids(tok: Tokenizer, ids: Sequence[int]) -> list[int]:
     n = tok.get_vocab_size(with_added_tokens=True)
     out = list(ids)
     for i, t in enumerate(out):

@@ -110,9 +110,9 @@ def bench_next(browser, url: str, runs: int, lesson: str = "00_two_chat_turns", 
     busy: list[float] = []
     k = 0
     while len(out) < runs:
-        nxt = page.locator(".st-key-px_b_next button").first
+        nxt = page.locator(".px-b-next").first
         if nxt.is_disabled():  # the last step: start over (not timed)
-            page.locator(".st-key-px_b_first button").first.click()
+            page.locator(".px-b-first").first.click()
             _wait(page, js=_headline_is(0))
             k = 0
             continue

@@ -96,7 +96,7 @@ def sessions(browser, n: int, urls: list[str], steps: int, errors: list[str]) ->
                     try:
                         page.locator(IDLE).wait_for()
                         page.wait_for_timeout(200)
-                        nxt = page.locator(".st-key-px_b_next button")
+                        nxt = page.locator(".px-b-next")
                         if nxt.count() and nxt.first.is_enabled():
                             nxt.first.click(no_wait_after=True)
                     except Exception as e:  # reported, not raised: the measurement goes on

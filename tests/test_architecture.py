@@ -134,10 +134,13 @@ LAYERS = {
     "core": 0,
     "errors": 1,
     "model_file": 1,
+    "tokenizer_cache": 1,
     "printable": 1,
     "numbers": 2,
     "toml_read": 2,
     "tokens": 2,
+    "extra_keys": 2,
+    "miss": 2,
     "hashcalc": 3,
     "scenario": 3,
     "traffic": 3,
@@ -146,11 +149,14 @@ LAYERS = {
     "metrics": 4,
     "practice": 4,
     "bench": 4,
+    "bench_sweep": 4,
     "router": 5,
     "viz": 6,
-    "ui": 7,
-    "cli": 7,
-    "__main__": 8,
+    "view": 7,
+    "ui": 8,
+    "cli": 8,
+    "cli_args": 3,
+    "__main__": 9,
 }
 
 
@@ -170,3 +176,39 @@ def test_imports_follow_the_layers(path):
         if dst in (src, "explorer"):
             continue
         assert LAYERS[dst] < LAYERS[src], f"{module_name(path)} ({src}) imports {target} ({dst}): against the layers"
+
+
+VIEW_BANNED = ("streamlit",)
+
+
+def test_the_view_package_imports_no_streamlit_at_any_depth():
+    """explorer/view/ turns a trace into what is drawn with no Streamlit: neither it
+    nor any explorer module it reaches imports one, so it is tested as plain functions."""
+    by_name = {module_name(p): p for p in MODULES}
+    seen: set[str] = set()
+    todo = [module_name(p) for p in (PKG / "view").rglob("*.py")]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        path = by_name[name]
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            for n in names:
+                assert not n.startswith(VIEW_BANNED), f"{name} (reached from explorer.view) imports {n}"
+        todo.extend(imports_of(path))
+    assert "explorer.view.stage" in seen
+
+
+def test_the_view_package_has_no_catch_all():
+    """A bug in what is drawn shows as the page's error, not as a quietly missing part."""
+    for path in (PKG / "view").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ExceptHandler):
+                caught = ast.unparse(node.type) if node.type is not None else "everything"
+                assert caught not in ("Exception", "BaseException", "everything"), f"{path.name} catches {caught}"

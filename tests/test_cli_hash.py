@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_run import run_explorer
+
 ROOT = Path(__file__).resolve().parents[1]
 
 SHA256_NONE = "066b1e8987e027138e98701c46128929378935f9b6cd1549105ae6b4f0d71198"
@@ -18,15 +20,26 @@ SHA256_BLOCK1 = "8be7aaa33831156d316f1f463ae57e643deb63f42e633e2d631df88815cc462
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return run_explorer("hash", *args, cwd=ROOT)
+
+
+def test_python_dash_m_explorer_is_the_same_command():
+    """The one test here of the process itself: `python -m explorer` wires up the same main
+    (the rest run it in-process, tests/cli_run.py)."""
+    args = ["--tokens", "0:32", "--block-size", "16"]
+    proc = subprocess.run(
         [sys.executable, "-m", "explorer", "hash", *args], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
+    here = run(*args)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (here.returncode, here.stdout, here.stderr)
+    assert proc.returncode == 0 and proc.stdout.strip()
 
 
 def ok_json(*args: str) -> dict:
     r = run(*args)
     assert r.returncode == 0, r.stderr
-    assert r.stderr == ""
+    # Only notes on stderr: the drawn xxhash seed, a table with no full block.
+    assert all(line.startswith("note: ") for line in r.stderr.splitlines()), r.stderr
     return json.loads(r.stdout)
 
 

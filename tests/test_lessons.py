@@ -8,14 +8,13 @@ conformance tier replays the same files through vLLM's own classes.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario
+from tests.cli_run import run_explorer
 
 REPO = Path(__file__).resolve().parents[1]
 LESSONS = REPO / "lessons"
@@ -71,9 +70,7 @@ def test_lessons_name_no_machine_paths():
 def test_run_command_exits_zero_for_every_lesson():
     """`python -m explorer run FILE` is the contract: exit 0 when every expect holds."""
     for path in TOMLS:
-        proc = subprocess.run(
-            [sys.executable, "-m", "explorer", "run", str(path)], cwd=REPO, capture_output=True, text=True, timeout=120
-        )
+        proc = run_explorer("run", str(path), cwd=REPO)
         assert proc.returncode == 0, f"{path.name}: exit {proc.returncode}\n{proc.stderr}"
 
 

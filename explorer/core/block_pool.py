@@ -1,5 +1,5 @@
 """BlockPool: every KV cache block, the free queue, and the prefix-cache hash map
-(vllm/v1/core/block_pool.py, 0.31.0).
+(vllm/v1/core/block_pool.py, 0.31.0); its hash map is in block_hash_map.py.
 
 The life of a block:
 - ``get_new_blocks`` pops it from the free-queue head; if it still held a cached hash, that
@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from explorer.core.block_hash_map import BlockHashToBlockMap
 from explorer.core.errors import ConfigError
 from explorer.core.events import MEDIUM_GPU, AllBlocksCleared, BlockRemoved, BlockStored, KVCacheEvent
 from explorer.core.hashing import (
@@ -38,64 +39,7 @@ from explorer.core.kv_cache_utils import (
 if TYPE_CHECKING:
     from explorer.core.request import Request
 
-
-class BlockHashToBlockMap:
-    """key -> block, or key -> {block_id: block} once a second block has the same key.
-
-    Identical blocks are not de-duplicated (block_pool.py:35-133): a block id, once in a
-    request's block table, never changes, so an identical block cached later is kept as a
-    duplicate. A lookup returns the earliest-inserted survivor.
-    """
-
-    def __init__(self) -> None:
-        self._cache: dict[BlockHashWithGroupId, KVCacheBlock | dict[int, KVCacheBlock]] = {}
-
-    def get_one_block(self, key: BlockHashWithGroupId) -> KVCacheBlock | None:
-        blocks = self._cache.get(key)
-        if blocks is None:
-            return None
-        if isinstance(blocks, KVCacheBlock):
-            return blocks
-        return next(iter(blocks.values()))
-
-    def insert(self, key: BlockHashWithGroupId, block: KVCacheBlock) -> None:
-        blocks = self._cache.get(key)
-        if blocks is None:
-            self._cache[key] = block
-        elif isinstance(blocks, KVCacheBlock):
-            self._cache[key] = {blocks.block_id: blocks, block.block_id: block}
-        else:
-            blocks[block.block_id] = block
-
-    def pop(self, key: BlockHashWithGroupId, block_id: int) -> KVCacheBlock | None:
-        """Remove one block under ``key``; other copies of a duplicate stay."""
-        blocks = self._cache.pop(key, None)
-        if blocks is None:
-            return None
-        if isinstance(blocks, KVCacheBlock):
-            if blocks.block_id == block_id:
-                return blocks
-            self._cache[key] = blocks
-            return None
-        block = blocks.pop(block_id, None)
-        if blocks:
-            self._cache[key] = blocks
-        return block
-
-    def get_all_blocks(self, key: BlockHashWithGroupId) -> list[KVCacheBlock]:
-        """Every block cached under ``key``, in insertion order."""
-        blocks = self._cache.get(key)
-        if blocks is None:
-            return []
-        return [blocks] if isinstance(blocks, KVCacheBlock) else list(blocks.values())
-
-    def items(self) -> Iterable[tuple[BlockHashWithGroupId, list[KVCacheBlock]]]:
-        """(key, blocks in insertion order) for every key."""
-        for key, blocks in self._cache.items():
-            yield key, [blocks] if isinstance(blocks, KVCacheBlock) else list(blocks.values())
-
-    def __len__(self) -> int:
-        return len(self._cache)
+__all__ = ["BlockHashToBlockMap", "BlockPool"]
 
 
 class BlockPool:
@@ -107,6 +51,7 @@ class BlockPool:
         use_int_block_hashes: bool = True,
         observer: KVCacheObserver | None = None,
         hash_block_size: int | None = None,
+        num_hash_lookahead_tokens: int = 0,
     ) -> None:
         if not isinstance(num_gpu_blocks, int) or num_gpu_blocks < 2:
             raise ConfigError(f"num_blocks must be an integer >= 2 (block 0 is the null block), got {num_gpu_blocks!r}")
@@ -126,8 +71,11 @@ class BlockPool:
         self.null_block.is_null = True
         self.kv_event_queue: list[KVCacheEvent] = []
         self.observer = observer
+        self.block_observer = observer if observer is not None and observer.block_reports else None
         # The block size the request hasher hashes at; a group with larger blocks reads a view.
         self.hash_block_size = hash_block_size
+        # vLLM 0.33's EAGLE lookahead hashes: tokens past each block its hash and event cover.
+        self.num_hash_lookahead_tokens = num_hash_lookahead_tokens
 
     # ---- lookup ----------------------------------------------------------------------------
 
@@ -163,9 +111,11 @@ class BlockPool:
         if self.hash_block_size is not None and self.hash_block_size != block_size:
             hashes = resolve_block_hashes(hashes, self.hash_block_size, block_size)
         use_int = self.use_int_block_hashes
-        observer = self.observer
+        observer = self.block_observer
         new_hashes: list[bytes | int] = []
         extra_keys: list[tuple[Any, ...] | None] = []
+        la = self.num_hash_lookahead_tokens
+        lookahead: list[list[int]] | None = [] if la else None
         # The key is digest + 4-byte group id (make_block_hash_with_group_id), built inline:
         # this loop runs once per cached block and dominates long replays.
         group_suffix = make_block_hash_with_group_id(BlockHash(b""), kv_cache_group_id)
@@ -176,7 +126,7 @@ class BlockPool:
             block_hash = hashes[i]
             key = BlockHashWithGroupId(block_hash + group_suffix)
             # A block that already holds this key (a hit) is left alone; one holding only a
-            # partial tail entry is promoted: its old keys go (block_pool.py:291-302).
+            # partial tail entry is promoted: its old keys go (block_pool.py:286-294).
             if blk._block_hash != key:
                 if blk._block_hash is not None:
                     self._emit_removed(self._remove_cached_block_hashes(blk))
@@ -188,7 +138,9 @@ class BlockPool:
             if self.enable_kv_cache_events:
                 new_hashes.append(maybe_convert_block_hash(block_hash, use_int))
                 start = i * block_size
-                extra_keys.append(generate_block_hash_extra_keys(request, start, start + block_size))
+                extra_keys.append(self._event_extra_keys(request, start, start + block_size))
+                if lookahead is not None:
+                    lookahead.append(request.all_token_ids[start + block_size : start + block_size + la])
         if not self.enable_kv_cache_events:
             return
         parent = None if num_cached_blocks == 0 else maybe_convert_block_hash(hashes[num_cached_blocks - 1], use_int)
@@ -204,8 +156,14 @@ class BlockPool:
                 lora_name=lora.name if lora else None,
                 extra_keys=to_event_extra_keys(extra_keys),
                 group_idx=kv_cache_group_id,
+                lookahead_token_ids=lookahead,
             )
         )
+
+    def _event_extra_keys(self, request: Request, start: int, end: int) -> tuple[Any, ...] | None:
+        """An event's extra keys cover the same window as the block's hash (the lookahead
+        tokens included: _generate_event_extra_keys, block_pool.py:358-366 in 0.33.0)."""
+        return generate_block_hash_extra_keys(request, start, end + self.num_hash_lookahead_tokens)
 
     def cache_partial_block(
         self, request: Request, block: KVCacheBlock, num_tokens: int, kv_cache_group_id: int
@@ -247,6 +205,10 @@ class BlockPool:
                     lora_name=lora.name if lora else None,
                     extra_keys=to_event_extra_keys([generate_block_hash_extra_keys(request, start, n * hbs)]),
                     group_idx=kv_cache_group_id,
+                    # A partial entry gets its lookahead too (block_pool.py:582-599 in 0.33.0).
+                    lookahead_token_ids=[request.all_token_ids[n * hbs : n * hbs + self.num_hash_lookahead_tokens]]
+                    if self.num_hash_lookahead_tokens
+                    else None,
                 )
             )
 
@@ -277,34 +239,43 @@ class BlockPool:
         if num_blocks > self.get_num_free_blocks():
             raise ValueError(f"Cannot get {num_blocks} free blocks from the pool")
         ret = self.free_block_queue.popleft_n(num_blocks)
-        observer = self.observer
+        observer = self.block_observer
+        gone: list[BlockHashWithGroupId] | None = [] if self.observer is not None else None
         for block in ret:
             if observer is not None:
                 key = block.block_hash
                 observer.on_pop(block.block_id, None if key is None else get_block_hash(key))
             if self.enable_caching and block._block_hash is not None:
-                self._maybe_evict_cached_block(block)
+                self._maybe_evict_cached_block(block, gone)
             assert block.ref_cnt == 0
             block.ref_cnt = 1
+        if gone and self.observer is not None:  # a hash is gone only when its last duplicate goes
+            self.observer.on_hashes_removed(self.cached_block_hash_to_block.missing(gone), "evicted")
         return ret
 
-    def _maybe_evict_cached_block(self, block: KVCacheBlock) -> bool:
-        """Drop the block's keys from the map (one copy of a duplicate) and announce each."""
+    def _maybe_evict_cached_block(self, block: KVCacheBlock, gone: list[BlockHashWithGroupId] | None) -> bool:
+        """Drop the block's keys from the map (one copy of a duplicate) and announce each;
+        ``gone`` (for the observer) collects the keys removed."""
         removed = self._remove_cached_block_hashes(block)
         self._emit_removed(removed)
+        if gone is not None:
+            gone += removed
         return bool(removed)
 
     def evict_blocks(self, block_ids: set[int]) -> None:
         """Drop each block's hash (a failed KV load: its KV is bad), keeping its ref count and
         its place in the free queue (block_pool.py:810-828)."""
+        gone: list[BlockHashWithGroupId] | None = [] if self.observer is not None else None
         for block_id in block_ids:
             if not 0 <= block_id < len(self.blocks):
                 raise ValueError(f"invalid block id {block_id}: the connector reported a block never allocated")
-            self._maybe_evict_cached_block(self.blocks[block_id])
+            self._maybe_evict_cached_block(self.blocks[block_id], gone)
+        if gone and self.observer is not None:
+            self.observer.on_hashes_removed(self.cached_block_hash_to_block.missing(gone), "failed_load")
 
     def touch(self, blocks: Sequence[KVCacheBlock]) -> None:
         """A cache hit: a free block leaves the queue, and every block gets ref_cnt + 1."""
-        observer = self.observer
+        observer = self.block_observer
         for block in blocks:
             was_free = block.ref_cnt == 0 and not block.is_null
             if was_free:
@@ -322,7 +293,7 @@ class BlockPool:
         """
         evict_first: list[KVCacheBlock] = []
         evict_last: list[KVCacheBlock] = []
-        observer = self.observer
+        observer = self.block_observer
         for block in ordered_blocks:
             block.ref_cnt -= 1
             if block.ref_cnt == 0 and not block.is_null:
@@ -346,6 +317,8 @@ class BlockPool:
         """
         if self.num_gpu_blocks - self.get_num_free_blocks() != 1:
             return False
+        if self.observer is not None:
+            self.observer.on_prefix_cache_reset(tuple(k for k, _ in self.cached_block_hash_to_block.items()))
         self.cached_block_hash_to_block = BlockHashToBlockMap()
         self.cached_block_hashes_by_block.clear()
         for block in self.blocks:

@@ -1,4 +1,4 @@
-"""KV cache events and their wire form (vllm/distributed/kv_events.py:31-143).
+"""KV cache events and their wire form (EventBatch to KVEventBatch, vllm/distributed/kv_events.py:31-142).
 
 vLLM declares the events as tagged msgspec structs that are *not* array-like, so each event
 goes on the wire as a msgpack map led by ``"type": "<ClassName>"``; fields without a default
@@ -37,6 +37,8 @@ class BlockStored:
     locality: str | None = None
     ownership: str | None = None
     session_id: str | None = None
+    # vLLM 0.33's lookahead hashes: the tokens past each block its hash covers (None otherwise).
+    lookahead_token_ids: list[list[int]] | None = None
 
 
 @dataclass(slots=True)

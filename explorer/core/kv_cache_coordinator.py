@@ -24,6 +24,7 @@ from explorer.core.hashing import BlockHash
 from explorer.core.kv_cache_interface import FULL_ATTENTION, KVCacheSpec
 from explorer.core.kv_cache_observer import GroupCall, KVCacheObserver
 from explorer.core.kv_cache_utils import KVCacheBlock
+from explorer.core.release import VLLM_0_31, VllmRelease
 from explorer.core.single_type_kv_cache_manager import FullAttentionManager, SingleTypeKVCacheManager, cdiv
 from explorer.core.sliding_window_manager import SlidingWindowManager
 
@@ -102,20 +103,22 @@ class KVCacheCoordinator(ABC):
         return num_new, num_evictable
 
     def allocate_new_computed_blocks(
-        self, request_id: str, new_computed_blocks: GroupBlocks, num_local_computed_tokens: int = 0
+        self,
+        request_id: str,
+        new_computed_blocks: GroupBlocks,
+        num_local_computed_tokens: int = 0,
+        num_external_computed_tokens: int = 0,
     ) -> None:
-        """Touch every group's hits before anything is popped (coordinator.py:238-282), so a
+        """Touch every group's hits before anything is popped, then pop every group's blocks
+        for a KV connector's tokens after the local hit (coordinator.py:238-282), so a
         request can never evict its own hits. A running request has none to adopt."""
         if any(request_id in m.num_cached_block for m in self.single_type_managers):
             return
         for m, hits in zip(self.single_type_managers, new_computed_blocks, strict=True):
-            m.add_local_computed_blocks(request_id, hits, num_local_computed_tokens)
-
-    def allocate_external_computed_blocks(self, request_id: str, num_total_computed_tokens: int) -> None:
-        """Blocks for a KV connector's tokens after the local hit, in every group, once every
-        group's hits are touched (coordinator.py:275-282)."""
-        for m in self.single_type_managers:
-            m.allocate_external_computed_blocks(request_id, num_total_computed_tokens)
+            m.add_local_computed_blocks(request_id, hits, num_local_computed_tokens, num_external_computed_tokens)
+        if num_external_computed_tokens > 0:
+            for m in self.single_type_managers:
+                m.allocate_external_computed_blocks(request_id, num_local_computed_tokens, num_external_computed_tokens)
 
     def allocate_new_blocks(self, request_id: str, num_tokens: int) -> tuple[list[KVCacheBlock], ...]:
         return tuple(m.allocate_new_blocks(request_id, num_tokens) for m in self.single_type_managers)
@@ -138,7 +141,7 @@ class KVCacheCoordinator(ABC):
             m.cache_blocks(request, num_computed_tokens, self.retention_interval, boundaries)
 
     def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int) -> None:
-        """Free every group's blocks that fell below its window (coordinator.py:433-455)."""
+        """Free every group's blocks that fell below its window (coordinator.py:433-454)."""
         for m in self.single_type_managers:
             m.remove_skipped_blocks(request_id, processed_computed_tokens)
 
@@ -153,6 +156,10 @@ class KVCacheCoordinator(ABC):
     def get_blocks(self, request_id: str) -> tuple[list[KVCacheBlock], ...]:
         """Each group's block table of the request (a copy)."""
         return tuple(list(m.req_to_blocks.get(request_id, ())) for m in self.single_type_managers)
+
+    def miss_group_ids(self) -> list[int]:
+        """The groups whose hash map says whether a hash is "in the cache" for a miss reason."""
+        return [0]
 
     def reset_prefix_cache(self) -> bool:
         """One pool for every group, so one reset (coordinator.py:380-385)."""
@@ -205,7 +212,7 @@ class UnitaryKVCacheCoordinator(KVCacheCoordinator):
 
 
 class SpecGroup:
-    """Groups that share one spec, looked up together (coordinator.py:570-583)."""
+    """Groups that share one spec, looked up together (coordinator.py:601-613)."""
 
     def __init__(self, spec: KVCacheSpec, group_ids: list[int], use_eagle: bool) -> None:
         self.spec = spec
@@ -218,7 +225,7 @@ class SpecGroup:
 
 
 class HybridKVCacheCoordinator(KVCacheCoordinator):
-    """Several KV cache groups over one pool (coordinator.py:586-1011). A hit must hold in
+    """Several KV cache groups over one pool (coordinator.py:616-1011). A hit must hold in
     every group, so the lookup is a fixed point: each group may only shorten the candidate."""
 
     def __init__(
@@ -259,6 +266,10 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
             if g.use_eagle:
                 for gid in g.group_ids:
                     self.single_type_managers[gid].use_eagle = True
+
+    def miss_group_ids(self) -> list[int]:
+        """The full-attention group's ids (the first spec group otherwise): "in the cache"."""
+        return list(self.attention_groups[0].group_ids)
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
         """Every group caches up to the last scheduler-block boundary; an EAGLE group one block
@@ -361,6 +372,7 @@ def get_kv_cache_coordinator(
     hash_block_size: int | None = None,
     retention_interval: int | None = 0,
     max_admission: Sequence[int | None] = (),
+    release: VllmRelease = VLLM_0_31,
 ) -> KVCacheCoordinator:
     """The coordinator for the groups (coordinator.py:1014-1072): unitary for one group, hybrid
     for several. (With caching off vLLM builds one without lookup; the manager skips the
@@ -370,7 +382,7 @@ def get_kv_cache_coordinator(
     for i, spec in enumerate(specs):
         cls = FullAttentionManager if spec.kind == FULL_ATTENTION else SlidingWindowManager
         cap = max_admission[i] if i < len(max_admission) else None
-        managers.append(cls(block_pool, spec, i, enable_caching, observer, sbs, cap))
+        managers.append(cls(block_pool, spec, i, enable_caching, observer, sbs, cap, release))
     if len(managers) == 1:
         return UnitaryKVCacheCoordinator(block_pool, managers[0], enable_caching, use_eagle, retention_interval)
     return HybridKVCacheCoordinator(

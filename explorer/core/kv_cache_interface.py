@@ -68,7 +68,7 @@ def scheduler_block_size(specs: Sequence[KVCacheSpec]) -> int:
 def check_retention_interval(
     retention_interval: int | None, sched_block_size: int, specs: Sequence[KVCacheSpec]
 ) -> None:
-    """vLLM's ValueErrors for ``prefix_cache_retention_interval`` (coordinator.py:34-64)."""
+    """vLLM's ValueErrors for ``prefix_cache_retention_interval`` (coordinator.py:34-63)."""
     if retention_interval is None:
         return
     if not any(s.kind == SLIDING_WINDOW for s in specs):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from explorer.core.block_pool import BlockPool
 from explorer.core.errors import ConfigError, SchedulingError
 from explorer.core.events import BlockStored, KVCacheEvent
+from explorer.core.hashing import BlockHash, make_block_hash_with_group_id
 from explorer.core.kv_cache_coordinator import get_kv_cache_coordinator
 from explorer.core.kv_cache_interface import (
     KVCacheSpec,
@@ -31,6 +32,7 @@ from explorer.core.kv_cache_interface import (
 from explorer.core.kv_cache_observer import AdmissionCheck, GroupLookup, KVCacheObserver
 from explorer.core.kv_cache_utils import KVCacheBlock
 from explorer.core.metrics import PrefixCacheStats
+from explorer.core.release import VLLM_0_31, VllmRelease
 from explorer.core.request import Request
 
 
@@ -64,10 +66,12 @@ class KVCacheManager:
         observer: KVCacheObserver | None = None,
         use_eagle: bool = False,
         num_prefill_lookahead: int = 0,
+        num_hash_lookahead_tokens: int = 0,
         kv_cache_groups: Sequence[KVCacheSpec] | None = None,
         hash_block_size: int | None = None,
         prefix_cache_retention_interval: int | None = 0,
         max_in_flight_tokens: int | None = None,
+        release: VllmRelease = VLLM_0_31,
     ) -> None:
         """One full-attention group of ``block_size`` unless ``kv_cache_groups`` lists the
         groups (design section 8); the hasher then hashes at ``hash_block_size`` (default: the
@@ -94,15 +98,24 @@ class KVCacheManager:
         self.log_stats = log_stats
         self.observer = observer
         self.block_pool = BlockPool(
-            num_blocks, enable_caching, enable_kv_cache_events, use_int_block_hashes, observer, hash_block_size
+            num_blocks,
+            enable_caching,
+            enable_kv_cache_events,
+            use_int_block_hashes,
+            observer,
+            hash_block_size,
+            num_hash_lookahead_tokens,
         )
         self.use_eagle = use_eagle
         # Speculative decoding (core/sched/speculative.py): the drafter reads this many prefill
-        # tokens ahead, so the last num_prefill_lookahead - 1 computed ones are never cached
-        # (kv_cache_coordinator.py:94, 353-358); multi-module MTP needs blocks that hold them.
+        # tokens ahead, so the last num_prefill_lookahead - 1 computed ones
+        # (num_reprefillable_tokens) are never cached (kv_cache_coordinator.py:94, 353-358);
+        # multi-module MTP needs blocks that hold them.
         self.num_prefill_lookahead = num_prefill_lookahead
         self.num_reprefillable_tokens = max(0, num_prefill_lookahead - 1)
-        if enable_caching and use_eagle and self.block_size < num_prefill_lookahead:
+        # vLLM 0.33 keeps the check for EAGLE with lookahead hashes, which clear use_eagle.
+        eagle = use_eagle or num_hash_lookahead_tokens > 0
+        if enable_caching and eagle and self.block_size < num_prefill_lookahead:
             raise ConfigError(
                 f"Multi-module MTP with prefix caching requires scheduler_block_size (={self.block_size}) "
                 f">= num_speculative_tokens (={num_prefill_lookahead})"
@@ -118,6 +131,7 @@ class KVCacheManager:
             hash_block_size=hash_block_size,
             retention_interval=prefix_cache_retention_interval,
             max_admission=[s.max_admission_blocks_per_request(in_flight, max_model_len) for s in specs],
+            release=release,
         )
         self.prefix_cache_stats: PrefixCacheStats | None = PrefixCacheStats() if log_stats else None
         # Hybrid lookups as decided (each group's own hit, the fixed point), until taken.
@@ -157,6 +171,8 @@ class KVCacheManager:
             return self.empty_blocks(), 0, 0
         max_cache_hit_length = request.num_tokens - 1
         coordinator = self.coordinator
+        if self.observer is not None:
+            self._report_lookup_blocks(request)
         hits, num_hit_tokens, num_uncached = coordinator.find_longest_cache_hit(
             request.block_hashes, max_cache_hit_length
         )
@@ -165,17 +181,27 @@ class KVCacheManager:
             self.observer.on_lookup(request.request_id, request.num_tokens, max_cache_hit_length, num_hit_tokens)
         if self.hybrid:
             per_group = coordinator.find_longest_cache_hit_per_group(request.block_hashes, max_cache_hit_length)
-            self._log_lookup(
-                GroupLookup(
-                    request.request_id,
-                    per_group,
-                    coordinator.last_calls,
-                    coordinator.last_num_passes,
-                    num_hit_tokens,
-                    shared_prefix_boundary,
-                )
-            )
+            calls, passes = coordinator.last_calls, coordinator.last_num_passes
+            lookup = GroupLookup(request.request_id, per_group, calls, passes, num_hit_tokens, shared_prefix_boundary)
+            self._log_lookup(lookup)
         return KVCacheBlocks(hits), num_hit_tokens, shared_prefix_boundary
+
+    def _report_lookup_blocks(self, request: Request) -> None:
+        """What each of the request's hashes is in the cache now (for the miss reasons); with
+        extra keys, also the same token ids hashed under none (what other_keys needs)."""
+        assert self.observer is not None
+        group_ids = self.coordinator.miss_group_ids()
+        mask = self.block_pool.cached_block_hash_to_block.cached_mask
+
+        def held(hashes: tuple[BlockHash, ...]) -> tuple[bool, ...]:  # cached in every group
+            masks = [mask(hashes, make_block_hash_with_group_id(BlockHash(b""), g)) for g in group_ids]
+            return tuple(map(all, zip(*masks, strict=True))) if len(masks) > 1 else tuple(masks[0])
+
+        hashes = tuple(request.block_hashes)
+        self.observer.on_lookup_blocks(request.request_id, group_ids[0], hashes, held(hashes))
+        if request.has_extra_keys:  # few requests have them: the second chain costs the rest nothing
+            plain = tuple(request.block_hashes_without_extra_keys())
+            self.observer.on_lookup_without_extra_keys(request.request_id, group_ids[0], plain, held(plain))
 
     def _log_lookup(self, lookup: GroupLookup) -> None:
         self.group_lookups.append(lookup)
@@ -195,11 +221,12 @@ class KVCacheManager:
         num_new_tokens: int,
         num_new_computed_tokens: int = 0,
         new_computed_blocks: KVCacheBlocks | None = None,
-        full_sequence_must_fit: bool = False,
+        *,
+        num_lookahead_tokens: int = 0,
         num_external_computed_tokens: int = 0,
         delay_cache_blocks: bool = False,
+        full_sequence_must_fit: bool = False,
         reserved_blocks: int = 0,
-        num_lookahead_tokens: int = 0,
     ) -> KVCacheBlocks | None:
         """Slots for ``num_new_tokens`` more tokens after the computed ones and the new hits,
         plus ``num_lookahead_tokens`` slots for a drafter's KV (speculative decoding), which
@@ -248,9 +275,7 @@ class KVCacheManager:
 
         # Touch before popping: a request can never evict its own hits.
         if any(hit_blocks) or num_external > 0:
-            coordinator.allocate_new_computed_blocks(rid, hit_blocks, num_local_computed)
-        if num_external > 0:
-            coordinator.allocate_external_computed_blocks(rid, num_local_computed + num_external)
+            coordinator.allocate_new_computed_blocks(rid, hit_blocks, num_local_computed, num_external)
         new_blocks = coordinator.allocate_new_blocks(rid, num_tokens_need_slot)
 
         if not delay_cache_blocks:
@@ -268,8 +293,9 @@ class KVCacheManager:
         reserved_blocks: int = 0,
         num_lookahead_tokens: int = 0,
     ) -> bool:
-        """The capacity check (kv_cache_manager.py:558-576): the new blocks plus the free hit
-        blocks must come out of the free queue (less the blocks reserved for others)."""
+        """``allocate_slots``' capacity check (kv_cache_manager.py:558-576): the new blocks plus
+        the free hit blocks must come out of the free queue (less the blocks reserved for
+        others)."""
         coordinator = self.coordinator
         rid = request.request_id
         num_free = self.block_pool.get_num_free_blocks() - reserved_blocks
@@ -302,11 +328,21 @@ class KVCacheManager:
 
     def free(self, request: Request) -> None:
         self.coordinator.free(request.request_id)
+        if self.observer is not None:
+            self.observer.on_request_freed(request.request_id)
 
     def pop_blocks_for_free(self, request: Request) -> list[KVCacheBlock]:
         """Forget the request's blocks without freeing them (a deferred free): its blocks in
         table order, for the caller to free in reverse later (kv_cache_manager.py:647-659)."""
-        return self.coordinator.pop_blocks_for_free(request.request_id)
+        blocks = self.coordinator.pop_blocks_for_free(request.request_id)
+        if self.observer is not None:
+            self.observer.on_request_freed(request.request_id)
+        return blocks
+
+    def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int) -> None:
+        """Free the blocks wholly below each window group's window (kv_cache_manager.py:627-645);
+        nothing for full attention."""
+        self.coordinator.remove_skipped_blocks(request_id, processed_computed_tokens)
 
     def evict_blocks(self, block_ids: set[int]) -> None:
         """Drop the hashes of these blocks (a failed KV load), one BlockRemoved each; ref counts

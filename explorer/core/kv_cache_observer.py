@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from explorer.core.hashing import BlockHash
+from explorer.core.hashing import BlockHash, BlockHashWithGroupId
 
 
 class FreedTo(enum.Enum):
@@ -45,8 +45,9 @@ class AdmissionCheck:
     num_evictable_hit_blocks: int
     num_free_blocks: int
     ok: bool
-    # The scheduler's admission gate (scheduler_reserve_full_isl, kv_cache_manager.py:519-535):
-    # the whole sequence so far must fit before the first chunk is allocated.
+    # The scheduler's admission gate (scheduler_reserve_full_isl: full_sequence_must_fit,
+    # kv_cache_manager.py:519-535): the whole sequence so far must fit before the first chunk
+    # is allocated.
     full_sequence: bool = False
     # Speculative decoding: slots past the scheduled tokens for the drafter's KV, included in
     # num_tokens_need_slot and never cached (spec part 2, rule 73).
@@ -89,6 +90,10 @@ class GroupLookup:
 class KVCacheObserver:
     """Receives the core's reports. Every method does nothing here: override what you record."""
 
+    # False: the pool and the managers skip the per-block reports (on_touch, on_pop, on_cache,
+    # on_free, on_lookup_probe), which cost a long replay most of its time when nobody draws them.
+    block_reports: bool = True
+
     def on_lookup(self, request_id: str, num_tokens: int, max_cache_hit_length: int, num_hit_tokens: int) -> None:
         """``get_computed_blocks`` looked the request up: at most ``max_cache_hit_length``
         tokens could hit (num_tokens - 1), ``num_hit_tokens`` did."""
@@ -99,6 +104,42 @@ class KVCacheObserver:
     def on_lookup_probe(self, group_id: int, block_index: int, block_id: int | None) -> None:
         """``find_longest_cache_hit`` probed hash ``block_index``: a hit on ``block_id``, or
         the first miss (``None``), after which the walk stops."""
+
+    def on_lookup_blocks(
+        self, request_id: str, group_id: int, block_hashes: tuple[BlockHash, ...], cached: tuple[bool, ...]
+    ) -> None:
+        """Before the walk: every full-block hash of the request (at the hash block size) and
+        whether group ``group_id`` (the full-attention group) holds it now, so a miss can say why: a
+        cached hash after the first miss is behind it, an uncached one was removed or never
+        stored (what removed it is told by ``on_hash_removed`` and ``on_prefix_cache_reset``)."""
+
+    def on_lookup_without_extra_keys(
+        self, request_id: str, group_id: int, block_hashes: tuple[BlockHash, ...], cached: tuple[bool, ...]
+    ) -> None:
+        """After ``on_lookup_blocks``, for a request with extra keys (LoRA, images, cache salt):
+        its hashes as they would be with none, and whether group ``group_id`` holds each now, so a
+        miss can say the same token ids were cached under other keys (``other_keys``)."""
+
+    def on_cache_without_extra_keys(
+        self,
+        request_id: str,
+        group_id: int,
+        block_hashes: tuple[BlockHash, ...],
+        without_extra_keys: tuple[BlockHash, ...],
+    ) -> None:
+        """A group's ``cache_blocks`` of a request with extra keys is about to cache blocks: the
+        hash each is cached under and the same without extra keys (its token ids), in pairs."""
+
+    def on_hashes_removed(self, keys: tuple[BlockHashWithGroupId, ...], cause: str) -> None:
+        """The last block cached under each of these keys (hash + group id) lost it, in one
+        call: ``cause`` is ``"evicted"`` (popped by ``get_new_blocks`` for an allocation) or
+        ``"failed_load"`` (``evict_blocks``: a connector's load reported the blocks invalid)."""
+
+    def on_prefix_cache_reset(self, keys: tuple[BlockHashWithGroupId, ...]) -> None:
+        """``reset_prefix_cache`` succeeded: these keys, every one cached, are gone."""
+
+    def on_request_freed(self, request_id: str) -> None:
+        """The manager freed the request's blocks (finished or preempted): it holds nothing now."""
 
     def on_eagle_drop(self, group_id: int, block_index: int, block_id: int) -> None:
         """EAGLE dropped the last hit block (``block_index``, held by ``block_id``) from the

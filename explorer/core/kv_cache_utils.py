@@ -56,7 +56,7 @@ class KVCacheBlock:
 
 
 class FreeKVCacheBlockQueue:
-    """The free blocks as an intrusive doubly linked list (kv_cache_utils.py:241-496).
+    """The free blocks as an intrusive doubly linked list (kv_cache_utils.py:246-496).
 
     A deque cannot remove from the middle in O(1), and a cache hit on a free block must do
     exactly that (``touch``). The links live in the blocks themselves, so no list node is
@@ -159,7 +159,7 @@ def _link(block: KVCacheBlock | None) -> KVCacheBlock:
     return block
 
 
-# ---- extra keys (kv_cache_utils.py:499-681) -------------------------------------------------
+# ---- extra keys: generate_block_hash_extra_keys and its parts (kv_cache_utils.py:499-681) ----
 
 
 def _gen_mm_extra_hash_keys(request: Request, start: int, end: int) -> list[tuple[Any, ...]]:
@@ -217,28 +217,62 @@ def hash_block_tokens(
     return BlockHash(ctx.hash_fn((parent_block_hash, tuple(curr_block_token_ids), extra_keys)))
 
 
-def get_request_block_hasher(block_size: int, ctx: HashContext) -> Callable[[Request], list[BlockHash]]:
-    """A function that hashes every full block of a request not hashed yet, chained from the
-    last known hash (kv_cache_utils.py:836-895). A partial tail gets no hash; it is hashed when
-    sampled tokens fill it."""
-    if block_size < 1:
-        # vLLM's config never lets 0 through; here it would make the hasher loop forever.
-        raise ConfigError(f"block size must be a positive integer, got {block_size!r}")
+class RequestBlockHasher:
+    """The function ``get_request_block_hasher`` returns (kv_cache_utils.py:836-895): called with a
+    request, the hashes of its full blocks not hashed yet, chained from the last known hash.
 
-    def request_block_hasher(request: Request) -> list[BlockHash]:
-        start = len(request.block_hashes) * block_size
+    ``without_extra_keys`` is the explorer's addition for the miss reason ``other_keys``: the same
+    chain with no LoRA, multimodal or cache-salt keys (the token ids alone, and 0.33's lookahead
+    tokens), so two requests with the same token ids under other keys meet on one identity."""
+
+    __slots__ = ("block_size", "ctx", "lookahead")
+
+    def __init__(self, block_size: int, ctx: HashContext, num_hash_lookahead_tokens: int = 0) -> None:
+        self.block_size = block_size
+        self.ctx = ctx
+        self.lookahead = num_hash_lookahead_tokens
+
+    def __call__(self, request: Request) -> list[BlockHash]:
+        known = request.block_hashes
+        return self._hash(request, len(known), known[-1] if known else None, True)
+
+    def without_extra_keys(self, request: Request, known: Sequence[BlockHash]) -> list[BlockHash]:
+        """The chain without extra keys, for the full blocks after the ``known`` ones."""
+        return self._hash(request, len(known), known[-1] if known else None, False)
+
+    def _hash(self, request: Request, num_known: int, parent: BlockHash | None, keys: bool) -> list[BlockHash]:
+        block_size, ctx, la = self.block_size, self.ctx, self.lookahead
+        start = num_known * block_size
         tokens = request.all_token_ids
-        parent = request.block_hashes[-1] if request.block_hashes else None
+        limit = len(tokens) - la
         new_hashes: list[BlockHash] = []
-        while start + block_size <= len(tokens):
+        while start + block_size <= limit:
             end = start + block_size
-            extra = generate_block_hash_extra_keys(request, start, end)
+            extra: Any = generate_block_hash_extra_keys(request, start, end + la) if keys else None
+            if la:
+                extra = (extra, *tokens[end : end + la])
             parent = hash_block_tokens(ctx, parent, tokens[start:end], extra)
             new_hashes.append(parent)
             start = end
         return new_hashes
 
-    return request_block_hasher
+
+def get_request_block_hasher(
+    block_size: int, ctx: HashContext, num_hash_lookahead_tokens: int = 0
+) -> RequestBlockHasher:
+    """A function that hashes every full block of a request not hashed yet, chained from the
+    last known hash (kv_cache_utils.py:836-895). A partial tail gets no hash; it is hashed when
+    sampled tokens fill it.
+
+    With ``num_hash_lookahead_tokens`` L > 0 (vLLM 0.33's EAGLE lookahead hashes,
+    kv_cache_utils.py:975-1018 in 0.33.0) a block is hashed only once the L tokens after it
+    exist, and its extra keys become ``(E, *those tokens)``, E being the extra keys of the block
+    and its lookahead window together: the drafter's KV at the block's last position depends on
+    them."""
+    if block_size < 1:
+        # vLLM's config never lets 0 through; here it would make the hasher loop forever.
+        raise ConfigError(f"block size must be a positive integer, got {block_size!r}")
+    return RequestBlockHasher(block_size, ctx, num_hash_lookahead_tokens)
 
 
 K = TypeVar("K")
@@ -251,10 +285,11 @@ def find_cached_prefix(
     """The longest-prefix walk: look the keys up from the first and stop at the first miss.
 
     Block hashes chain (each one hashes its parent), so once one block misses no later block
-    can hit: the walk never needs to look further (single_type_kv_cache_manager.py:747-843).
-    ``lookup`` gives the cached value of a key or None; ``on_probe(index, value or None)`` hears
-    each probe, the final miss included. Every longest-prefix question in the explorer (the
-    manager's lookup, the router's view of an instance, the trace replay's LRU) walks here.
+    can hit: the walk never needs to look further (FullAttentionManager.find_longest_cache_hit,
+    single_type_kv_cache_manager.py:747-843). ``lookup`` gives the cached value of a key or
+    None; ``on_probe(index, value or None)`` hears each probe, the final miss included. Every
+    longest-prefix question in the explorer (the manager's lookup, the router's view of an
+    instance, the trace replay's LRU) walks here.
     """
     hits: list[V] = []
     for key in keys:
@@ -268,7 +303,7 @@ def find_cached_prefix(
 
 
 class BlockHashListWithBlockSize(Sequence[BlockHash]):
-    """The request's hashes seen at a coarser block size (kv_cache_utils.py:2841-2915): hashes
+    """The request's hashes seen at a coarser block size (kv_cache_utils.py:2841-2911): hashes
     chain, so the fine hash at the end of a coarse block fingerprints that block's whole
     prefix and is its hash. With hash block 16 and block 32: [A, B, C, D] reads as [B, D]."""
 

@@ -4,7 +4,13 @@
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+# vLLM 0.33.0's CacheHitSource (v1/metrics/cache_hit_source.py), in its order: the tiers from
+# the accelerator outwards, the unattributed fallback last.
+CACHE_HIT_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")
+DEVICE = CACHE_HIT_SOURCES[0]
+EXTERNAL_UNSPECIFIED = CACHE_HIT_SOURCES[-1]
 
 
 @dataclass
@@ -22,16 +28,29 @@ class PrefixCacheStats:
     preempted_requests: int = 0
     preempted_queries: int = 0
     preempted_hits: int = 0
+    # 0.33.0 (connector stats only): ``hits`` split by the cache tier that supplied them
+    # (CacheHitSource values: device, host, p2p, disk, external_unspecified), non-zero only.
+    hits_by_source: dict[str, int] = field(default_factory=dict)
 
-    def record(self, num_tokens: int, num_hits: int, preempted: bool) -> None:
+    def record(
+        self, num_tokens: int, num_hits: int, preempted: bool, hits_by_source: dict[str, int] | None = None
+    ) -> None:
         if preempted:
             self.preempted_requests += 1
             self.preempted_queries += num_tokens
             self.preempted_hits += num_hits
-        else:
-            self.requests += 1
-            self.queries += num_tokens
-            self.hits += num_hits
+            return
+        self.requests += 1
+        self.queries += num_tokens
+        self.hits += num_hits
+        if hits_by_source is None:
+            return
+        if sum(hits_by_source.values()) != num_hits:
+            # A split that does not add up counts as unattributed (0.33.0 stats.py:158-165).
+            hits_by_source = {EXTERNAL_UNSPECIFIED: num_hits}
+        for source, n in hits_by_source.items():
+            if n:
+                self.hits_by_source[source] = self.hits_by_source.get(source, 0) + n
 
     def add(self, other: PrefixCacheStats) -> None:
         """Accumulate another update into running totals (``reset`` is not a counter)."""
@@ -41,6 +60,8 @@ class PrefixCacheStats:
         self.preempted_requests += other.preempted_requests
         self.preempted_queries += other.preempted_queries
         self.preempted_hits += other.preempted_hits
+        for source, n in other.hits_by_source.items():
+            self.hits_by_source[source] = self.hits_by_source.get(source, 0) + n
 
     def as_dict(self) -> dict[str, int]:
         return {

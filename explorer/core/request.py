@@ -172,6 +172,7 @@ class Request:
         self.events: list[EngineCoreEventType] = []
         self.block_hashes: list[BlockHash] = []
         self._block_hasher = block_hasher
+        self._hashes_without_extra_keys: list[BlockHash] = []  # filled only when asked
         self.update_block_hashes()
 
     @property
@@ -197,6 +198,21 @@ class Request:
         """Hash any newly full blocks (none when prefix caching is off: no hasher)."""
         if self._block_hasher is not None:
             self.block_hashes.extend(self._block_hasher(self))
+
+    @property
+    def has_extra_keys(self) -> bool:
+        """Whether a LoRA, an image or a cache salt enters its hashes (an empty salt adds none)."""
+        return self.lora_request is not None or bool(self.mm_features) or bool(self.cache_salt)
+
+    def block_hashes_without_extra_keys(self) -> list[BlockHash]:
+        """Its block hashes as they would be with no extra keys: the explorer's addition, asked
+        only by an observer (the miss reason ``other_keys``), computed lazily and kept."""
+        if not self.has_extra_keys:
+            return self.block_hashes
+        without = getattr(self._block_hasher, "without_extra_keys", None)
+        if without is not None and len(self._hashes_without_extra_keys) < len(self.block_hashes):
+            self._hashes_without_extra_keys.extend(without(self, self._hashes_without_extra_keys))
+        return self._hashes_without_extra_keys
 
     def take_prefill_stats(self) -> PrefillStats | None:
         prefill_stats, self.prefill_stats = self.prefill_stats, None

@@ -21,6 +21,7 @@ from explorer.core.hashing import BlockHash
 from explorer.core.kv_cache_interface import KVCacheSpec
 from explorer.core.kv_cache_observer import KVCacheObserver
 from explorer.core.kv_cache_utils import KVCacheBlock, find_cached_prefix, resolve_block_hashes
+from explorer.core.release import VLLM_0_31, VllmRelease
 
 if TYPE_CHECKING:
     from explorer.core.request import Request
@@ -46,8 +47,10 @@ class SingleTypeKVCacheManager:
         observer: KVCacheObserver | None = None,
         scheduler_block_size: int | None = None,
         max_admission_blocks_per_request: int | None = None,
+        release: VllmRelease = VLLM_0_31,
     ) -> None:
         self.block_pool = block_pool
+        self.release = release
         self.observer = observer
         self.spec = spec
         self.block_size = spec.block_size
@@ -118,14 +121,21 @@ class SingleTypeKVCacheManager:
     # ---- allocation ----------------------------------------------------------------------------
 
     def add_local_computed_blocks(
-        self, request_id: str, new_computed_blocks: Sequence[KVCacheBlock], num_local_computed_tokens: int = 0
+        self,
+        request_id: str,
+        new_computed_blocks: Sequence[KVCacheBlock],
+        num_local_computed_tokens: int = 0,
+        num_external_computed_tokens: int = 0,
     ) -> None:
         """Adopt the hit blocks (single_type:270-327): the ones already below the window become
         null blocks *without being touched*; the rest are touched (ref_cnt + 1). All of them
-        count as cached, so they are never cached again."""
+        count as cached, so they are never cached again. The window is measured after the
+        connector's tokens too: with a long external hit the skipped nulls can reach past the
+        local hits (the external blocks below the window are never allocated)."""
         req_blocks = self.req_to_blocks.setdefault(request_id, [])
         assert not req_blocks
-        num_skipped_blocks = self.get_num_skipped_tokens(num_local_computed_tokens) // self.block_size
+        num_total_computed_tokens = num_local_computed_tokens + num_external_computed_tokens
+        num_skipped_blocks = self.get_num_skipped_tokens(num_total_computed_tokens) // self.block_size
         if num_skipped_blocks > 0:
             new_computed_blocks = new_computed_blocks[num_skipped_blocks:]
         if self.enable_caching:
@@ -134,9 +144,20 @@ class SingleTypeKVCacheManager:
         req_blocks.extend(new_computed_blocks)
         self.num_cached_block[request_id] = len(req_blocks)
 
-    def allocate_external_computed_blocks(self, request_id: str, num_total_computed_tokens: int) -> None:
-        """Pop blocks for the connector's tokens up to ``num_total_computed_tokens``; they
-        are not cached until their KV is there (single_type:329-367)."""
+    def allocate_external_computed_blocks(
+        self, request_id: str, num_local_computed_tokens: int, num_external_computed_tokens: int
+    ) -> None:
+        """Pop blocks for the connector's tokens after the local ones; they are not cached
+        until their KV is there (single_type:329-367). A window group pops none for the
+        external tokens already below its window (their place holds null blocks)."""
+        num_total_computed_tokens = num_local_computed_tokens + num_external_computed_tokens
+        num_skipped_tokens = self.get_num_skipped_tokens(num_total_computed_tokens)
+        if num_skipped_tokens > 0:
+            num_external_computed_tokens = min(
+                num_total_computed_tokens - num_skipped_tokens, num_external_computed_tokens
+            )
+        if num_external_computed_tokens <= 0:
+            return
         req_blocks = self.req_to_blocks.setdefault(request_id, [])
         num_new = max(0, cdiv(num_total_computed_tokens, self.block_size) - len(req_blocks))
         req_blocks.extend(self.block_pool.get_new_blocks(num_new))
@@ -167,6 +188,12 @@ class SingleTypeKVCacheManager:
         if self.observer is not None:
             self.observer.on_cache_blocks(rid, self.kv_cache_group_id, num_tokens, num_cached)
         num_full = num_tokens // self.block_size
+        if self.release.cache_capped_by_hashes:
+            # Cache only what is hashed: with lookahead hashes the last full block may have no
+            # hash yet, and caching at token arrival may be asked past the request's tokens
+            # (single_type_kv_cache_manager.py:501-503 in 0.33.0).
+            hbs = self.block_pool.hash_block_size or self.block_size
+            num_full = min(num_tokens, len(request.block_hashes) * hbs) // self.block_size
         if num_cached >= num_full:
             return
         boundaries = [*replay_boundaries]
@@ -177,6 +204,13 @@ class SingleTypeKVCacheManager:
             self.observer.on_retention(
                 rid, self.kv_cache_group_id, num_cached, tuple(mask), retention_interval, tuple(boundaries)
             )
+        if self.observer is not None and request.has_extra_keys:
+            k = self.block_size // (self.block_pool.hash_block_size or self.block_size)
+            # Each block is cached under the hash at its end (a coarser group: the last of k).
+            lo, hi = num_cached * k + k - 1, num_full * k
+            plain = request.block_hashes_without_extra_keys()[lo:hi:k]
+            own = request.block_hashes[lo:hi:k]
+            self.observer.on_cache_without_extra_keys(rid, self.kv_cache_group_id, tuple(own), tuple(plain))
         self.block_pool.cache_full_blocks(
             request, self.req_to_blocks[rid], num_cached, num_full, self.block_size, self.kv_cache_group_id, mask
         )
@@ -279,7 +313,7 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         found = find_cached_prefix(
             hashes[: max_length // self.block_size],
             lambda h: self._lookup(h, group_ids),
-            self._probe if self.observer is not None else None,
+            self._probe if self.observer is not None and self.observer.block_reports else None,
         )
         hit_length = len(found) * self.block_size
         if drop_eagle_block and hit_length > 0:
@@ -304,7 +338,12 @@ class FullAttentionManager(SingleTypeKVCacheManager):
         hbs = self.block_pool.hash_block_size
         if hbs is None or hbs == self.block_size:
             return
-        boundary = request.num_prompt_tokens // hbs * hbs
+        if self.release.partial_tail_below_last_token:
+            # A resend hits at most num_prompt - 1 tokens; EAGLE reads the whole prompt first.
+            limit = request.num_prompt_tokens if self.use_eagle else request.num_prompt_tokens - 1
+            boundary = min(limit // hbs, len(request.block_hashes)) * hbs
+        else:
+            boundary = request.num_prompt_tokens // hbs * hbs
         if boundary == 0 or boundary > num_tokens or boundary % self.block_size == 0:
             return
         blocks = self.req_to_blocks[request.request_id]

@@ -1,4 +1,4 @@
-"""The sliding-window group's manager (vllm/v1/core/single_type_kv_cache_manager.py:951-1196).
+"""The sliding-window group's manager, SlidingWindowManager (vllm/v1/core/single_type_kv_cache_manager.py:951-1196).
 
 A sliding-window layer attends only the last ``sliding_window`` tokens. So:
 - a hit needs only the ``cdiv(sliding_window - 1, block_size)`` blocks before the hit point

@@ -67,11 +67,13 @@ def listen(
     timeout: float = 10.0,
     on_batch: Callable[[AppliedBatch], None] | None = None,
     on_ready: Callable[[KVEventSubscriber], None] | None = None,
+    on_malformed: Callable[[str], None] | None = None,
 ) -> tuple[KVEventStream, int]:
     """Subscribe until ``max_batches`` batches were applied or ``timeout`` idle seconds passed.
 
     ``on_batch(AppliedBatch)`` is called for each batch in order (at most ``max_batches``);
-    ``on_ready(subscriber)`` once the sockets exist. Returns the stream (counters, instances)
+    ``on_ready(subscriber)`` once the sockets exist; ``on_malformed(text)`` at the first
+    malformed frame of each kind (all are counted in the summary). Returns the stream (counters, instances)
     and the number of batches handed to ``on_batch``.
     """
     sub = KVEventSubscriber(
@@ -83,6 +85,7 @@ def listen(
     )
     stream = sub.stream
     done = 0
+    told: set[str] = set()
 
     def emit(applied: Iterable[AppliedBatch]) -> bool:
         nonlocal done
@@ -97,16 +100,22 @@ def listen(
     try:
         if on_ready is not None:
             on_ready(sub)
-        last = time.monotonic()
+        # Idle is time spent waiting with nothing arriving: decoding and printing a burst do
+        # not count, so a listener never ends while batches still wait on its socket.
+        idle = 0.0
         full = False
-        while not full:
-            idle = time.monotonic() - max(last, sub.last_frame or last)
-            left = timeout - idle
-            if left <= 0:
-                break
-            full = emit(sub.poll(min(left, 0.1)))
-            if sub.last_frame is not None:
-                last = max(last, sub.last_frame)
+        while not full and idle < timeout:
+            fed = stream.live_frames + stream.replay_frames
+            start = time.monotonic()
+            applied = sub.poll(min(timeout - idle, 0.1))
+            waited = time.monotonic() - start
+            full = emit(applied)
+            idle = 0.0 if stream.live_frames + stream.replay_frames != fed else idle + waited
+            if on_malformed is not None:
+                for reason, text in stream.first_malformed.items():
+                    if reason not in told:
+                        told.add(reason)
+                        on_malformed(text)
         if not full:
             emit(stream.flush())
     finally:
@@ -131,6 +140,9 @@ def cmd_listen(args: argparse.Namespace) -> int:
         max_batches=args.max_batches,
         timeout=args.timeout,
         on_batch=on_batch,
+        on_malformed=lambda text: print(
+            f"listen: dropped a malformed frame ({text}); counted in malformed", file=sys.stderr, flush=True
+        ),
     )
     summary = stream.summary()
     summary["batches"] = printed

@@ -90,6 +90,7 @@ class KVEventStream:
         self.malformed = 0
         self.malformed_reasons: Counter[str] = Counter()
         self.last_malformed: str | None = None
+        self.first_malformed: dict[str, str] = {}  # reason -> its first frame's text (a fixed set of reasons)
         # frame accounting: every frame fed lands in exactly one of these
         self.live_frames = 0
         self.replay_frames = 0
@@ -169,6 +170,7 @@ class KVEventStream:
         self.malformed += 1
         self.malformed_reasons[reason] += 1
         self.last_malformed = f"{reason}: {detail}" if detail else reason
+        self.first_malformed.setdefault(reason, self.last_malformed)
         return []
 
     def _decode(self, topic: bytes, seq_bytes: bytes, payload: bytes) -> tuple[int, InstanceKey, KVEventBatch] | None:

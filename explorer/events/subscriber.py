@@ -8,17 +8,23 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterator
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from explorer.events.endpoints import check_endpoint, check_topic, endpoint_error
 from explorer.events.instance import AppliedBatch
-from explorer.events.publisher import DEFAULT_HWM
 from explorer.events.stream import DEFAULT_REPLAY_TIMEOUT, KVEventStream
 from explorer.events.wire import DEFAULT_BUFFER_STEPS, replay_request_frames
 
 Socket = zmq.Socket[bytes]
+
+# Messages the SUB socket queues before it stops reading from the publisher. A PUB keeps what a
+# subscriber cannot take yet in its own queue (vLLM's hwm, 100,000 by default) and drops only
+# past that, so a short queue here loses nothing; it bounds what a flood of large frames can
+# make this process hold to RCVHWM x the frame size (128 x 1 MB of junk: 128 MB).
+RCVHWM = 128
 
 # ZMQ socket monitor events, as the connection state the live page shows.
 _MONITOR_NAMES = {
@@ -47,6 +53,9 @@ class KVEventSubscriber:
     """
 
     DRAIN = 4096  # messages taken per socket per poll
+    # ... and bytes: each message is decoded as it is taken, so what one poll holds is its
+    # applied batches, from at most this many payload bytes (plus the one message over it).
+    DRAIN_BYTES = 8 << 20
 
     def __init__(
         self,
@@ -55,7 +64,7 @@ class KVEventSubscriber:
         *,
         bind: bool = False,
         topic: str = "",
-        hwm: int = DEFAULT_HWM,
+        hwm: int = RCVHWM,
         replay_timeout: float = DEFAULT_REPLAY_TIMEOUT,
         stream: KVEventStream | None = None,
         monitor: bool = False,
@@ -77,9 +86,13 @@ class KVEventSubscriber:
         self._dealer: Socket | None = None
         self._mon: Socket | None = None
         self._poller = zmq.Poller()
+        # A frame larger than any payload the stream accepts makes libzmq drop the connection
+        # before the frame is buffered (the publisher reconnects; its batches since are gaps).
+        self._max_msg = self.stream.max_payload + 1024
         try:
             sub = self._sub = self._ctx.socket(zmq.SUB)
             sub.setsockopt(zmq.LINGER, 0)
+            sub.setsockopt(zmq.MAXMSGSIZE, self._max_msg)
             sub.setsockopt(zmq.RCVHWM, hwm)
             sub.setsockopt(zmq.SUBSCRIBE, topic_bytes)
             if monitor:
@@ -118,6 +131,7 @@ class KVEventSubscriber:
             self._dealer = None
         d = self._ctx.socket(zmq.DEALER)
         d.setsockopt(zmq.LINGER, 0)
+        d.setsockopt(zmq.MAXMSGSIZE, self._max_msg)
         d.setsockopt(zmq.RCVHWM, 2 * (DEFAULT_BUFFER_STEPS + 1))
         try:
             d.connect(endpoint)
@@ -164,15 +178,21 @@ class KVEventSubscriber:
                     continue
                 self.connection = state
 
-    def _drain(self, sock: Socket) -> list[list[bytes]]:
-        """The messages waiting on a socket, at most DRAIN of them."""
-        messages = []
+    def _drain(self, sock: Socket) -> Iterator[list[bytes]]:
+        """The messages waiting on a socket, one at a time (the caller decodes each before the
+        next is taken), at most DRAIN of them or DRAIN_BYTES of frames; the rest wait for the
+        next poll."""
+        size = 0
         for _ in range(self.DRAIN):
             try:
-                messages.append(sock.recv_multipart(zmq.NOBLOCK))
+                frames = sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
-                break
-        return messages
+                return
+            size += sum(len(f) for f in frames)
+            yield frames
+            del frames
+            if size >= self.DRAIN_BYTES:
+                return
 
     def poll(self, timeout: float) -> list[AppliedBatch]:
         """Wait up to ``timeout`` seconds for frames; apply them; service replays."""

@@ -33,6 +33,14 @@ END_SEQ = (-1).to_bytes(8, "big", signed=True)
 
 # A payload larger than this is counted as malformed without being decoded.
 DEFAULT_MAX_PAYLOAD = 64 << 20
+# What one batch may expand to, checked on the msgpack array headers before the arrays are
+# decoded (a 1-byte msgpack int is an 8-byte list slot and often a 32-byte int object): token
+# ids per BlockStored event, token ids plus block hashes over the whole batch, and the encoded
+# bytes of every event's extra_keys together. A vLLM step stores at most its scheduled tokens
+# (max_num_batched_tokens, thousands to a few hundred thousand), far below these.
+MAX_TOKEN_IDS = 1 << 20
+MAX_BATCH_IDS = 1 << 21
+MAX_EXTRA_KEYS_BYTES = 4 << 20
 # vLLM's KVEventsConfig.buffer_steps default: the batches a publisher keeps for replay.
 DEFAULT_BUFFER_STEPS = 10_000
 
@@ -85,29 +93,32 @@ def _build_decoder() -> _WireDecoder:
     The structs describe the payload exactly as vLLM's typed decoder reads it: tagged maps
     (``"type"``), required fields without defaults, unknown keys ignored, an array batch whose
     trailing ``data_parallel_rank`` may be missing. Type checks run in C; the decoded structs
-    are then turned into explorer.core.events objects (same fields, same order).
+    are then turned into explorer.core.events objects (same fields, same order). The arrays that
+    can be long (block hashes, token ids, extra keys) are first kept as raw msgpack, so that
+    their sizes are checked before they are expanded, and then decoded with their own types.
     """
     import msgspec
 
     # Fields without a default are required; those with one may be left out.
     class WireBlockStored(msgspec.Struct, tag_field="type", tag="BlockStored", omit_defaults=True):
-        block_hashes: list[int | bytes]
+        block_hashes: msgspec.Raw  # list[int | bytes]
         parent_block_hash: int | bytes | None
-        token_ids: list[int]
+        token_ids: msgspec.Raw  # list[int]
         block_size: int
         lora_id: int | None
         medium: str | None
         lora_name: str | None
-        extra_keys: list[tuple | None] | None = None
+        extra_keys: msgspec.Raw = msgspec.Raw(b"\xc0")  # list[tuple | None] | None; nil when left out
         group_idx: int | None = None
         kv_cache_spec_kind: str | None = None
         kv_cache_spec_sliding_window: int | None = None
         locality: str | None = None
         ownership: str | None = None
         session_id: str | None = None
+        lookahead_token_ids: list[list[int]] | None = None
 
     class WireBlockRemoved(msgspec.Struct, tag_field="type", tag="BlockRemoved", omit_defaults=True):
-        block_hashes: list[int | bytes]
+        block_hashes: msgspec.Raw  # list[int | bytes]
         medium: str | None
         group_idx: int | None = None
         locality: str | None = None
@@ -121,13 +132,59 @@ def _build_decoder() -> _WireDecoder:
         events: list[WireBlockStored | WireBlockRemoved | WireAllBlocksCleared]
         data_parallel_rank: int | None = None
 
-    astuple = msgspec.structs.astuple
+    hashes = msgspec.msgpack.Decoder(list[int | bytes])
+    tokens = msgspec.msgpack.Decoder(list[int])
+    extra = msgspec.msgpack.Decoder(list[tuple | None] | None)
+
+    def stored(e: Any) -> KVCacheEvent:
+        return BlockStored(
+            hashes.decode(e.block_hashes), e.parent_block_hash, tokens.decode(e.token_ids), e.block_size,
+            e.lora_id, e.medium, e.lora_name, extra.decode(e.extra_keys),
+            e.group_idx, e.kv_cache_spec_kind, e.kv_cache_spec_sliding_window, e.locality, e.ownership,
+            e.session_id,
+        )  # fmt: skip
+
+    def removed(e: Any) -> KVCacheEvent:
+        return BlockRemoved(hashes.decode(e.block_hashes), e.medium, e.group_idx, e.locality, e.ownership)
+
     convert: dict[type, Callable[[Any], KVCacheEvent]] = {
-        WireBlockStored: lambda e: BlockStored(*astuple(e)),
-        WireBlockRemoved: lambda e: BlockRemoved(*astuple(e)),
+        WireBlockStored: stored,
+        WireBlockRemoved: removed,
         WireAllBlocksCleared: lambda e: AllBlocksCleared(),
     }
     return _WireDecoder(msgspec.msgpack.Decoder(WireBatch), convert, msgspec.DecodeError)
+
+
+def _array_len(raw: memoryview) -> int:
+    """The length a msgpack array header announces; 0 for anything else (its typed decode
+    rejects it, or it is nil)."""
+    b0 = raw[0] if len(raw) else 0
+    if 0x90 <= b0 <= 0x9F:
+        return b0 & 0x0F
+    if b0 in (0xDC, 0xDD):
+        return int.from_bytes(raw[1 : 3 if b0 == 0xDC else 5], "big")
+    return 0
+
+
+def check_sizes(events: list[Any]) -> None:
+    """ValueError when the raw arrays of a decoded batch announce more than the caps allow."""
+    ids = extra_bytes = 0
+    for i, e in enumerate(events):
+        hashes = getattr(e, "block_hashes", None)
+        if hashes is None:
+            continue
+        ids += _array_len(memoryview(hashes))
+        raw_tokens = getattr(e, "token_ids", None)
+        if raw_tokens is not None:
+            n = _array_len(memoryview(raw_tokens))
+            if n > MAX_TOKEN_IDS:
+                raise ValueError(f"event {i}: BlockStored with {n:,} token ids, over the cap of {MAX_TOKEN_IDS:,}")
+            ids += n
+            extra_bytes += len(memoryview(e.extra_keys))
+        if ids > MAX_BATCH_IDS:
+            raise ValueError(f"over {MAX_BATCH_IDS:,} token ids and block hashes in one batch")
+        if extra_bytes > MAX_EXTRA_KEYS_BYTES:
+            raise ValueError(f"extra_keys over {MAX_EXTRA_KEYS_BYTES >> 20} MiB in one batch")
 
 
 @functools.cache
@@ -150,4 +207,11 @@ def decode_payload(payload: bytes, max_payload: int = DEFAULT_MAX_PAYLOAD) -> KV
         raise ValueError(f"malformed payload: {e}") from None
     except Exception as e:  # RecursionError, MemoryError, ...
         raise ValueError(f"undecodable payload ({type(e).__name__})") from None
-    return KVEventBatch(wire.ts, [convert[type(e)](e) for e in wire.events], wire.data_parallel_rank)
+    check_sizes(wire.events)
+    try:
+        events = [convert[type(e)](e) for e in wire.events]
+    except decode_error as e:
+        raise ValueError(f"malformed payload: {e}") from None
+    except Exception as e:
+        raise ValueError(f"undecodable payload ({type(e).__name__})") from None
+    return KVEventBatch(wire.ts, events, wire.data_parallel_rank)

@@ -1,5 +1,6 @@
-"""vLLM 0.31.0's LoggingStatLogger (vllm/v1/metrics/loggers.py): the periodic "Engine 000: ..."
-line, for one engine.
+"""vLLM's LoggingStatLogger (vllm/v1/metrics/loggers.py): the periodic "Engine 000: ..."
+line, for one engine. 0.33.0 adds "KV fetch: ..." after "Deferred" while any request has an
+async KV load pending (its scheduler's stats carry the stages only with 0.33.0).
 
 Where spec part 2 rule 76 and 0.31.0's code differ, the code is followed: ``log()`` resets the
 interval's counters *before* it formats the line, so "Preemptions: N" never appears; the line
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from explorer.core.metrics import CachingMetrics
-from explorer.core.sched.output import SchedulerStats, SpecDecodingStats
+from explorer.core.sched.output import KV_FETCH_STAGES, SchedulerStats, SpecDecodingStats
 from explorer.metrics.frontend import IterationStats
 
 
@@ -142,6 +143,12 @@ class LoggingStatLogger:
         ]
         if s.num_skipped_waiting_reqs > 0:
             parts.append(f"Deferred: {s.num_skipped_waiting_reqs:d} reqs")
+        kv_fetch = s.num_kv_fetch_reqs_by_stage  # 0.33.0 with a KV connector; else empty
+        if any(kv_fetch.values()):
+            waiting, loading, loaded = (kv_fetch.get(stage, 0) for stage in KV_FETCH_STAGES)
+            parts.append(
+                f"KV fetch: {waiting:d} waiting to start, {loading:d} in progress, {loaded:d} completed waiting"
+            )
         if self.num_preemptions > 0:
             parts.append(f"Preemptions: {self.num_preemptions:d}")
         parts.append(f"{self.kv_cache_device} KV cache usage: {s.kv_cache_usage * 100:.1f}%")

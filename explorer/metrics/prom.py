@@ -1,11 +1,16 @@
-"""vLLM 0.31.0's PrometheusStatLogger (vllm/v1/metrics/loggers.py), for one engine, with
-``prometheus_client``: the same families, types, labels, help texts and bucket bounds.
+"""vLLM's PrometheusStatLogger (vllm/v1/metrics/loggers.py), for one engine, with
+``prometheus_client``: the same families, types, labels, help texts and bucket bounds as the
+release the scenario follows. 0.33.0 adds (the switch ``cached_by_source_metrics``)
+``vllm:prompt_tokens_cached_by_source{source}``, ``vllm:admission_rejections{model_name,reason}``
+(no engine label; a replay has no frontend queue limits, so it stays 0) and, with a KV consumer
+connector, ``vllm:num_requests_kv_fetch_by_stage{stage}``.
 
 Every family vLLM registers for a text-only engine without LoRA is here (with speculative
 decoding, SpecDecodingProm's counters; with the offloading connector, its scheduler-side
 families, offload_prom.py), except the timing histograms (TTFT, inter-token latency, time
-per output token, e2e, queue, inference, prefill, decode: wall clock) and
-``vllm:cache_config_info`` (an info gauge of the whole CacheConfig). Counters are exported as
+per output token, e2e, queue, inference, prefill, decode: wall clock). Given the scenario's
+cache settings, ``vllm:cache_config_info`` is registered as vLLM does once the engine is up
+(cache_info.py). Counters are exported as
 ``*_total`` (plus ``*_created``) by prometheus_client. Each logger has its own registry: no
 module-level state, one Streamlit server serves every session.
 """
@@ -16,7 +21,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from explorer.core.sched.output import SchedulerStats
+from explorer.core.metrics import CACHE_HIT_SOURCES, DEVICE
+from explorer.core.release import VLLM_0_31, VllmRelease
+from explorer.core.sched.output import KV_FETCH_STAGES, SchedulerStats
+from explorer.metrics import cache_info
 from explorer.metrics.frontend import FINISH_REASONS, SOURCES, IterationStats
 from explorer.metrics.offload_prom import OffloadPromMetrics
 
@@ -25,6 +33,8 @@ LABELS = ["model_name", "engine"]
 ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 REQUEST_PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
 REQUEST_NUM_PREEMPTIONS_BUCKETS = (1, 2, 3, 4, 5, 10, 20)
+# 0.33.0's frontend admission limits (loggers.py:46-47 there).
+ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
 
 
 def request_tokens_buckets(max_model_len: int) -> list[float]:
@@ -47,6 +57,9 @@ class PrometheusStatLogger:
         engine_index: int = 0,
         num_speculative_tokens: int = 0,
         offloading: bool = False,
+        release: VllmRelease = VLLM_0_31,
+        kv_consumer: bool = False,
+        cache_config: cache_info.CacheConfigInfo | None = None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         lv = [model_name, str(engine_index)]
@@ -85,6 +98,19 @@ class PrometheusStatLogger:
         )
         self.gauge_waiting_capacity = by_reason.labels(*lv, "capacity")
         self.gauge_waiting_deferred = by_reason.labels(*lv, "deferred")
+        self.gauge_kv_fetch_by_stage: dict[str, Any] = {}
+        if release.cached_by_source_metrics and kv_consumer:
+            # Registered only for a connector that loads KV (kv_consumer or kv_both).
+            by_stage = Gauge(
+                "vllm:num_requests_kv_fetch_by_stage",
+                "Number of waiting requests by async KV load stage. Stage labels: 'waiting_to_start' = "
+                "needs an async KV load that has not started; 'in_progress' = load started and not yet "
+                "reported finished; 'completed_waiting' = load finished, request not running yet.",
+                LABELS + ["stage"],
+                registry=reg,
+                multiprocess_mode="mostrecent",
+            )
+            self.gauge_kv_fetch_by_stage = {st: by_stage.labels(*lv, st) for st in KV_FETCH_STAGES}
         sleep = Gauge(
             "vllm:engine_sleep_state",
             "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "
@@ -126,6 +152,20 @@ class PrometheusStatLogger:
         self.counter_prompt_tokens_cached = counter(
             "vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external)."
         )
+        self.counter_prompt_tokens_cached_by_source: dict[str, Any] = {}
+        if release.cached_by_source_metrics:
+            cached_by_source = Counter(
+                "vllm:prompt_tokens_cached_by_source",
+                "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), host "
+                "(offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or "
+                "external_unspecified. Counted at admission; sums to vllm:prefix_cache_hits + "
+                "vllm:external_prefix_cache_hits.",
+                LABELS + ["source"],
+                registry=reg,
+            )
+            self.counter_prompt_tokens_cached_by_source = {
+                src: cached_by_source.labels(*lv, src) for src in CACHE_HIT_SOURCES
+            }
         self.counter_generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
         success = Counter(
             "vllm:request_success",
@@ -165,6 +205,15 @@ class PrometheusStatLogger:
             "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
             tokens,
         )
+        if release.cached_by_source_metrics:
+            rejections = Counter(
+                "vllm:admission_rejections",
+                "Number of admission attempts rejected by a queue limit, by reason.",
+                ["model_name", "reason"],
+                registry=reg,
+            )
+            for reason in ADMISSION_REASONS:
+                rejections.labels(model_name, reason)
         # SpecDecodingProm (vllm/v1/spec_decode/metrics.py): registered only with a speculative
         # config, one accepted-tokens counter per draft position.
         self.spec_decode: tuple[Any, Any, Any, list[Any]] | None = None
@@ -184,6 +233,8 @@ class PrometheusStatLogger:
 
         # The offloading connector's KVConnectorPromMetrics (OffloadPromMetrics).
         self.offload = OffloadPromMetrics(reg, LABELS, lv) if offloading else None
+        if cache_config is not None:  # log_engine_initialized: the engine is up with its pool
+            cache_info.register(reg, cache_config, release, engine_index)
 
     def record(self, scheduler_stats: SchedulerStats | None, iteration_stats: IterationStats | None) -> None:
         """loggers.py: PrometheusStatLogger.record, for engine 0 and no multi-modal cache."""
@@ -195,10 +246,18 @@ class PrometheusStatLogger:
             self.gauge_waiting_deferred.set(s.num_skipped_waiting_reqs)
             self.gauge_kv_cache_usage.set(s.kv_cache_usage)
             self.counter_prefix_cache_queries.inc(s.prefix_cache_stats.queries)
+            for stage, g in self.gauge_kv_fetch_by_stage.items():
+                g.set(s.num_kv_fetch_reqs_by_stage.get(stage, 0))
             self.counter_prefix_cache_hits.inc(s.prefix_cache_stats.hits)
+            by_source = self.counter_prompt_tokens_cached_by_source
+            if by_source:
+                by_source[DEVICE].inc(s.prefix_cache_stats.hits)  # every local hit is the device's
             if s.connector_prefix_cache_stats is not None:
                 self.counter_connector_prefix_cache_queries.inc(s.connector_prefix_cache_stats.queries)
                 self.counter_connector_prefix_cache_hits.inc(s.connector_prefix_cache_stats.hits)
+                if by_source:
+                    for src, n in s.connector_prefix_cache_stats.hits_by_source.items():
+                        by_source[src].inc(n)
             if s.spec_decoding_stats is not None and self.spec_decode is not None:
                 sd = s.spec_decoding_stats
                 drafts, draft_tokens, accepted, per_pos = self.spec_decode

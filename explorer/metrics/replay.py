@@ -16,7 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from explorer.core.metrics import CACHE_HIT_SOURCES, DEVICE
+from explorer.core.release import VLLM_0_31, VllmRelease, vllm_release
 from explorer.core.sched.output import EngineCoreOutputs
+from explorer.metrics.cache_info import CacheConfigInfo
 from explorer.metrics.frontend import SOURCES, OutputProcessor
 from explorer.metrics.log_line import LoggingStatLogger, LogLine
 from explorer.metrics.prom import PrometheusStatLogger
@@ -58,14 +61,27 @@ class MetricsRecorder:
         device_type: str = "cuda",
         num_speculative_tokens: int = 0,
         offloading: bool = False,
+        release: VllmRelease = VLLM_0_31,
+        kv_consumer: bool = False,
+        cache_config: CacheConfigInfo | None = None,
     ) -> None:
         self.pace = pace
         self.now = 0.0
         self.frontend = OutputProcessor()
         self.prom = PrometheusStatLogger(
-            max_model_len, num_speculative_tokens=num_speculative_tokens, offloading=offloading
+            max_model_len,
+            num_speculative_tokens=num_speculative_tokens,
+            offloading=offloading,
+            release=release,
+            kv_consumer=kv_consumer,
+            cache_config=cache_config,
         )
         self.logger = LoggingStatLogger(lambda: self.now, device_type)
+        self.release = release
+        # 0.33.0's vllm:prompt_tokens_cached_by_source totals (None under 0.31.0, which has none).
+        self.cached_by_source: dict[str, int] | None = (
+            dict.fromkeys(CACHE_HIT_SOURCES, 0) if release.cached_by_source_metrics else None
+        )
         self.queries = self.hits = self.external_queries = self.external_hits = 0
         self.by_source = dict.fromkeys(SOURCES, 0)
         self.prompt_tokens = self.preemptions = 0
@@ -100,6 +116,11 @@ class MetricsRecorder:
             if stats.connector_prefix_cache_stats is not None:
                 self.external_queries += stats.connector_prefix_cache_stats.queries
                 self.external_hits += stats.connector_prefix_cache_stats.hits
+            if self.cached_by_source is not None:
+                self.cached_by_source[DEVICE] += stats.prefix_cache_stats.hits
+                if stats.connector_prefix_cache_stats is not None:
+                    for source, n in stats.connector_prefix_cache_stats.hits_by_source.items():
+                        self.cached_by_source[source] += n
             self.usage = stats.kv_cache_usage
             self.running = stats.num_running_reqs
             self.waiting = stats.num_waiting_reqs + stats.num_skipped_waiting_reqs
@@ -143,7 +164,12 @@ class MetricsRecorder:
         sp = scenario.speculative
         k = 0 if sp is None else sp.num_speculative_tokens
         offloading = scenario.connector is not None and scenario.connector.kind == "offloading"
-        return cls(scenario.engine.max_model_len, pace, device_type, k, offloading)
+        # Every connector the explorer models is kv_both: it loads, so it is a KV consumer.
+        kv_consumer = scenario.connector is not None
+        release = vllm_release(scenario.vllm)
+        eng = scenario.engine
+        cache = CacheConfigInfo(eng.block_size, eng.enable_prefix_caching, eng.hash_algo, eng.num_blocks)
+        return cls(eng.max_model_len, pace, device_type, k, offloading, release, kv_consumer, cache)
 
 
 def check_engine_steps(trace: Trace) -> None:

@@ -2,20 +2,26 @@
 
 The URL follows the live events page's rule: ``http://HOST:PORT[/path]`` with a loopback host
 (127.0.0.0/8, ``localhost``, ``::1``) or one the app was started to allow. Every size has a
-cap: the body (MAX_BODY bytes), its lines (MAX_LINES) and the wait (TIMEOUT_S). Anything a
+cap: the body (MAX_BODY bytes), its lines (MAX_LINES) and the wait (TIMEOUT_S, for the whole
+exchange). Anything a
 hostile or broken server answers (no answer, a redirect, a status other than 200, bytes that are
-not UTF-8 text, a body over the cap, no vllm:prefix_cache_* samples, a value that is not a
-number) is one `BadInput` line saying what was wrong.
+not UTF-8 text, a body over the cap, text prometheus_client's parser cannot read, no
+vllm:prefix_cache_* samples, a value that is not a counter's) is one `BadInput` line saying what
+was wrong.
 """
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import ipaddress
 import math
-import urllib.error
+import socket
+import threading
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from explorer.errors import BadInput
 from explorer.numbers import is_int
@@ -79,24 +85,42 @@ def check_url(url: str, allow: frozenset[str]) -> str:
     return urllib.parse.urlunsplit(("http", parts.netloc, parts.path or "/metrics", parts.query, ""))
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        raise BadInput(f"the server answered a redirect ({code}); give the /metrics URL itself")
-
-
 def fetch(url: str, timeout: float = TIMEOUT_S) -> str:
-    """GET the URL (already checked), at most MAX_BODY bytes, as text."""
-    opener = urllib.request.build_opener(_NoRedirect, urllib.request.ProxyHandler({}))
+    """GET the URL (already checked), at most MAX_BODY bytes, as text, all within ``timeout``
+    seconds: the deadline is for the whole exchange (connect, head, body), not for each read, so
+    a server that trickles a byte at a time cannot hold the caller (the live page's once-a-second
+    fragment) past it. At the deadline a timer shuts the socket down under the blocked read."""
+    parts = urllib.parse.urlsplit(url)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port or 80, timeout=timeout)
+    expired = threading.Event()
+
+    def cut() -> None:
+        expired.set()
+        sock = conn.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    timer = threading.Timer(timeout, cut)
+    timer.daemon = True
+    timer.start()
     try:
-        with opener.open(urllib.request.Request(url, headers={"Accept": "text/plain"}), timeout=timeout) as r:
-            if r.status != 200:
-                raise BadInput(f"the server answered HTTP {r.status}, not 200")
-            body = r.read(MAX_BODY + 1)
-    except urllib.error.HTTPError as exc:
-        raise BadInput(f"the server answered HTTP {exc.code}, not 200") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
+        conn.request("GET", path, headers={"Accept": "text/plain"})
+        r = conn.getresponse()
+        if 300 <= r.status < 400:
+            raise BadInput(f"the server answered a redirect ({r.status}); give the /metrics URL itself")
+        if r.status != 200:
+            raise BadInput(f"the server answered HTTP {r.status}, not 200")
+        body = r.read(MAX_BODY + 1)
+        if expired.is_set():
+            raise TimeoutError("timed out")
+    except (http.client.HTTPException, OSError, ValueError) as exc:
+        reason = f"no whole answer within {timeout:g} s" if expired.is_set() else getattr(exc, "reason", exc)
         raise BadInput(f"could not read {url}: {reason}") from None
+    finally:
+        timer.cancel()
+        conn.close()
     if len(body) > MAX_BODY:
         raise BadInput(f"the answer is over {MAX_BODY >> 20} MiB: not a vLLM /metrics page")
     try:
@@ -106,32 +130,33 @@ def fetch(url: str, timeout: float = TIMEOUT_S) -> str:
 
 
 def parse_counters(text: str) -> Scraped:
-    """The prefix-cache counters of an exposition, each summed over its label sets."""
+    """The prefix-cache counters of an exposition, each summed over its label sets. The text is
+    read by prometheus_client's own parser, so the format's escapes, quoted braces in label
+    values, timestamps and comments read as any Prometheus client reads them."""
+    if text.count("\n") + (not text.endswith("\n")) > MAX_LINES:
+        raise BadInput(f"the answer has more than {MAX_LINES:,} lines: not a vLLM /metrics page")
     sums = dict.fromkeys(COUNTERS.values(), 0.0)
     found: set[str] = set()
     samples = 0
-    for n, line in enumerate(text.splitlines(), 1):
-        if n > MAX_LINES:
-            raise BadInput(f"the answer has more than {MAX_LINES:,} lines: not a vLLM /metrics page")
-        if not line.startswith("vllm:"):
-            continue
-        samples += 1
-        brace = line.find("{")
-        space = line.find(" ")
-        name = line[: brace if 0 <= brace < space or (brace >= 0 and space < 0) else space]
-        key = COUNTERS.get(name)
-        if key is None:
-            continue
-        rest = line[line.rfind("}") + 1 :] if brace >= 0 else line[len(name) :]
-        fields = rest.split()
-        try:
-            value = float(fields[0])
-        except (IndexError, ValueError):
-            raise BadInput(f"line {n}: {name} has no numeric value") from None
-        if not math.isfinite(value) or value < 0:
-            raise BadInput(f"line {n}: {name} = {fields[0]!r} is not a counter value")
-        sums[key] += value
-        found.add(key)
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if not sample.name.startswith("vllm:"):
+                    continue
+                samples += 1
+                key = COUNTERS.get(sample.name)
+                if key is None:
+                    continue
+                if not math.isfinite(sample.value) or sample.value < 0:
+                    raise BadInput(f"{sample.name} = {sample.value!r} is not a counter value")
+                sums[key] += sample.value
+                found.add(key)
+    except BadInput:
+        raise
+    except ValueError as exc:  # the parser's one error type for text it cannot read
+        raise BadInput(
+            f"the answer is not a Prometheus text exposition ({str(exc)[:200]}): is this vLLM's /metrics?"
+        ) from None
     if not {"queries", "hits"} <= found:
         raise BadInput("no vllm:prefix_cache_queries_total / _hits_total samples: is this vLLM's /metrics?")
     return Scraped(**sums, samples=samples)

@@ -14,11 +14,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from explorer.errors import BadInput
+from explorer.metrics.http_server import MetricsHTTPServer
 from explorer.metrics.replay import MetricsRecorder
 from explorer.scenario.trace import Trace
 
@@ -42,35 +42,12 @@ class Exposition:
             return self._body
 
 
-def make_server(port: int, exposition: Exposition) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "explorer-metrics"
-
-        def do_GET(self) -> None:
-            if self.path.split("?", 1)[0] != "/metrics":
-                self.send_error(404)
-                return
-            body = exposition.get()
-            self.send_response(200)
-            self.send_header("Content-Type", CONTENT_TYPE_PLAIN_0_0_4)  # what generate_latest writes
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_POST(self) -> None:
-            self.send_error(405)
-
-        do_PUT = do_DELETE = do_PATCH = do_POST
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass  # no access log on stderr
-
+def make_server(port: int, exposition: Exposition) -> MetricsHTTPServer:
+    """The server for ``exposition`` on HOST:``port``, not yet started; BadInput when the port is taken."""
     try:
-        server = ThreadingHTTPServer((HOST, port), Handler)
+        return MetricsHTTPServer(HOST, port, exposition.get, CONTENT_TYPE_PLAIN_0_0_4)  # what generate_latest writes
     except OSError as exc:
         raise BadInput(f"--serve {port}: cannot listen on {HOST}:{port} ({exc.strerror or exc})") from None
-    server.daemon_threads = True
-    return server
 
 
 def serve(
@@ -83,16 +60,13 @@ def serve(
 ) -> int:
     """Replay ``trace``'s metrics in real time on ``port`` until Ctrl-C or SIGTERM (or ``stop``
     is set, from another thread)."""
+    stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
-        # Ctrl-C even where the parent ignored SIGINT (a background job); SIGTERM alike.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        _stop_on_signals(stop)
     rec = MetricsRecorder.for_scenario(trace.scenario, pace)
     exposition = Exposition(rec.exposition())
     server = make_server(port, exposition)
-    thread = threading.Thread(target=server.serve_forever, name="metrics-http", daemon=True)
-    thread.start()
-    stop = stop or threading.Event()
+    server.start()
     try:
         log(f"serving http://{HOST}:{server.server_address[1]}/metrics")
         sleep(pace)
@@ -114,6 +88,20 @@ def serve(
     except KeyboardInterrupt:
         log("stopped")
     finally:
-        server.shutdown()
-        server.server_close()
+        server.close()
     return 0
+
+
+def _stop_on_signals(stop: threading.Event) -> None:
+    """The first Ctrl-C or SIGTERM interrupts the replay (even where the parent ignored SIGINT,
+    as for a background job); later ones are ignored, so that a second Ctrl-C while the server
+    closes still ends the command with exit 0."""
+
+    def first(signum: int, frame: object) -> None:
+        if stop.is_set():
+            return
+        stop.set()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, first)
+    signal.signal(signal.SIGTERM, first)

@@ -13,6 +13,9 @@ from explorer.scenario.parse import parse_scenario_dict
 from explorer.scenario.spec import Scenario
 from explorer.scenario.trace import Snapshot, Step, Trace
 
+# What a question says after the answer: the lines of its explanation, from the replay.
+Explain = Callable[[Trace, Step], tuple[str, ...]]
+
 
 def _spec(tokens: Sequence[int]) -> str:
     """Token ids as a compact token spec: runs of consecutive ids become a:b."""
@@ -203,7 +206,7 @@ def finish_question(
     question: str,
     fmt: str,
     answer_of: Callable[[Step], Any],
-    explain: Callable[[Trace, Step], tuple[str, ...]],
+    explain: Explain,
     lesson: str | None,
     **extra: Any,
 ) -> Question:

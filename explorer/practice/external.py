@@ -172,6 +172,7 @@ def q_async_load_events(seed: int) -> Question:
             "A waits for remote KV holding its load's blocks, none hashed.",
         ),
         answer_format="int",
+        unit="block hashes",
         answer=answer,
         explanation=tuple(lines),
     )

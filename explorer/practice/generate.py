@@ -9,6 +9,7 @@ Kinds of question:
 - ``mistake``: a common interview mistake, shown by a scenario where it gives a wrong number.
 - ``eagle_hit``: how many tokens does this admission hit with EAGLE speculative decoding on?
 - ``hybrid_hit``: how many tokens does this admission hit with full-attention and sliding-window groups?
+- ``why_miss``: why does this block of the admission miss? (graded by the lookup's miss record)
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from explorer.practice.hits import q_hit_length, q_mistake
 from explorer.practice.hybrid import q_hybrid_hit
 from explorer.practice.question import KINDS, MAX_SEED, Question
 from explorer.practice.spec_decode import q_eagle_hit
+from explorer.practice.why_miss import q_why_miss
 
 GENERATORS: dict[str, Callable[[int], Question]] = {
     "hit_length": q_hit_length,
@@ -35,6 +37,7 @@ GENERATORS: dict[str, Callable[[int], Question]] = {
     "async_load_events": q_async_load_events,
     "eagle_hit": q_eagle_hit,
     "hybrid_hit": q_hybrid_hit,
+    "why_miss": q_why_miss,
 }
 
 

@@ -7,7 +7,10 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from explorer.prefill.configs import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -18,7 +21,12 @@ class HitValueRow:
 
 
 def hit_value_rows(
-    params: float, peak_flops: float, utilization: float, prompt_tokens: int, hit_tokens: int, attention=None
+    params: float,
+    peak_flops: float,
+    utilization: float,
+    prompt_tokens: int,
+    hit_tokens: int,
+    attention: ModelConfig | None = None,
 ) -> list[HitValueRow]:
     """The walkthrough's table for these inputs, beside the same with the attention term.
 

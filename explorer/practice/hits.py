@@ -7,7 +7,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from explorer.practice.builder import ScenarioBuilder, finish_question, ids_text, token_run
+from explorer.practice.builder import Explain, ScenarioBuilder, finish_question, ids_text, token_run
 from explorer.practice.interview import MISTAKES, MISTAKES_BY_NAME
 from explorer.practice.question import Question
 from explorer.scenario.trace import Step, Trace
@@ -48,7 +48,7 @@ def _miss_reason(b: ScenarioBuilder, rid: str, other: str, m: int, computed_othe
     return "no block with that hash is cached any more (it was evicted)."
 
 
-def _explain_hit(b: ScenarioBuilder, rid: str, other: str, computed_other: Callable[[], int]):
+def _explain_hit(b: ScenarioBuilder, rid: str, other: str, computed_other: Callable[[], int]) -> Explain:
     def explain(trace: Trace, step: Step) -> tuple[str, ...]:
         lk = step.lookup
         assert lk is not None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 
-from explorer.practice.builder import ScenarioBuilder, finish_question, token_run
+from explorer.practice.builder import Explain, ScenarioBuilder, finish_question, token_run
 from explorer.practice.question import Question
 from explorer.scenario.trace import Step, Trace
 
@@ -16,7 +16,7 @@ def _group_name(window: int | None) -> str:
     return "full attention" if window is None else f"the {window}-token window"
 
 
-def _explain(rid: str, windows: tuple[int | None, ...]):
+def _explain(rid: str, windows: tuple[int | None, ...]) -> Explain:
     def explain(trace: Trace, step: Step) -> tuple[str, ...]:
         lk = step.lookup
         assert lk is not None

@@ -72,8 +72,8 @@ FOLLOW_UPS: tuple[FollowUp, ...] = (
         "Each KV cache group gets its own manager. A sliding-window manager only needs the blocks inside the "
         "window (and scans from the right for a long enough run), so a prefix can be a full hit for the "
         "full-attention layers and a partial one for the local layers; the coordinator uses the hit length "
-        "that every group can serve. The explorer models a single full-attention group.",
-        None,
+        "that every group can serve. Lesson 16 and the hybrid practice question replay exactly that.",
+        "16_sliding_window",
     ),
 )
 

@@ -27,6 +27,7 @@ KINDS: tuple[str, ...] = (
     "async_load_events",
     "eagle_hit",
     "hybrid_hit",
+    "why_miss",
 )
 
 KIND_LABELS: dict[str, str] = {
@@ -40,6 +41,7 @@ KIND_LABELS: dict[str, str] = {
     "async_load_events": "Predict what an async load emits, and when",
     "eagle_hit": "Predict the hit with EAGLE on",
     "hybrid_hit": "Predict the reconciled hit of a hybrid model",
+    "why_miss": "Why did this block miss?",
 }
 
 MAX_SEED = 999_999
@@ -65,7 +67,7 @@ class Question:
     setup: tuple[str, ...]  # what happened before the asked step, one line per op
     state: tuple[str, ...]  # the state the asked step starts from
     asked: str  # the asked step itself (without its outcome)
-    answer_format: str  # "int" | "ids" | "block" | "bool"
+    answer_format: str  # "int" | "ids" | "block" | "bool" | "reason"
     answer: Any
     explanation: tuple[str, ...]  # the reason, from the step's recorded data
     scenario: Scenario
@@ -73,6 +75,8 @@ class Question:
     lesson: str | None = None  # the lesson that teaches this
     mistaken_answer: Any = None  # kind "mistake": what the mistake would answer
     mistake: str | None = None  # kind "mistake": the mistake, in words
+    unit: str = "tokens"  # what an "int" answer counts, as the input's hint says it
+    block: int | None = None  # kind "why_miss": the block of the asked lookup the question names
 
     @property
     def key(self) -> str:
@@ -81,10 +85,11 @@ class Question:
     @property
     def input_hint(self) -> str:
         return {
-            "int": "a number of tokens, e.g. 32",
+            "int": f"a number of {self.unit}, e.g. 32",
             "ids": "block ids in order, comma separated, e.g. 4, 5, 3 (a run as 5-9; empty: none)",
             "block": "a block id, or none",
             "bool": "yes or no",
+            "reason": "a miss reason, e.g. evicted",
         }[self.answer_format]
 
     def check(self, raw: Any) -> Verdict:
@@ -122,6 +127,16 @@ def parse_answer(fmt: str, raw: Any) -> Any:
             return False
         raise ValueError("answer yes or no")
     text = "" if raw is None else str(raw).strip()
+    if fmt == "reason":  # a reason's name (design section 14) or its label
+        from explorer.miss.sentence import REASON_LABELS
+
+        key = re.sub(r"[\s-]+", "_", text.lower())
+        by_label = {v.lower(): k for k, v in REASON_LABELS.items()}
+        if key in REASON_LABELS and key != "hit":
+            return key
+        if text.lower() in by_label:
+            return by_label[text.lower()]
+        raise ValueError("expected a miss reason, e.g. evicted or never_cached")
     if fmt == "int":
         cleaned = text.replace(",", "").replace("_", "").replace(" ", "")
         if not re.fullmatch(r"[0-9]{1,12}", cleaned):

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import random
 
-from explorer.practice.builder import ScenarioBuilder, finish_question, ids_text, token_run
+from explorer.practice.builder import Explain, ScenarioBuilder, finish_question, ids_text, token_run
 from explorer.practice.question import Question
 from explorer.scenario.trace import Step, Trace
 
 
-def _explain(rid: str, bs: int):
+def _explain(rid: str, bs: int) -> Explain:
     def explain(trace: Trace, step: Step) -> tuple[str, ...]:
         lk = step.lookup
         assert lk is not None
@@ -24,7 +24,7 @@ def _explain(rid: str, bs: int):
         if step.eagle_dropped:
             (index, block_id), *_ = step.eagle_dropped
             out.append(
-                f"EAGLE drops the last of them (block {index}, #{block_id}): the drafter needs its hidden "
+                f"EAGLE drops the last of them (block index {index}, block id {block_id}): the drafter needs its hidden "
                 "states, which only computing it again gives."
             )
         else:

@@ -10,12 +10,28 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from explorer.errors import BadInput
 from explorer.prefill.validate import check_model_available, check_settings, resolve_device
 
+if TYPE_CHECKING:
+    import torch
 
-def run_measurement(model: str, device: str, prompt: int, hit: int, load=None, **kwargs):
+    from explorer.prefill.configs import ModelConfig
+    from explorer.prefill.measure import PrefillMeasurement
+    from explorer.prefill.model import PagedLlama
+
+
+def run_measurement(
+    model: str,
+    device: str,
+    prompt: int,
+    hit: int,
+    load: Callable[[ModelConfig, str, torch.dtype], PagedLlama] | None = None,
+    **kwargs: Any,
+) -> PrefillMeasurement:
     """Check the settings, build the model and measure: the CLI's and the UI's common path.
 
     ``load(cfg, device, dtype)`` builds the model (default: weights.load_model; the UI passes
@@ -32,7 +48,9 @@ def run_measurement(model: str, device: str, prompt: int, hit: int, load=None, *
     from explorer.prefill.measure import default_dtype, measure_prefill
 
     if load is None:
-        from explorer.prefill.weights import load_model as load
+        from explorer.prefill.weights import load_model
+
+        load = load_model
     dtype = default_dtype(resolved)
     try:
         return measure_prefill(load(cfg, resolved, dtype), prompt, hit, **kwargs)
@@ -44,7 +62,9 @@ def run_measurement(model: str, device: str, prompt: int, hit: int, load=None, *
         raise BadInput(_oom_message(cfg, resolved, dtype, prompt, pool_blocks_needed(prompt, 4), e)) from None
 
 
-def _oom_message(cfg, device: str, dtype, prompt: int, blocks: int, err: BaseException) -> str:
+def _oom_message(
+    cfg: ModelConfig, device: str, dtype: torch.dtype, prompt: int, blocks: int, err: BaseException
+) -> str:
     size = dtype.itemsize
     weights_gib = cfg.total_params * size / 2**30
     pool_gib = blocks * cfg.kv_bytes_per_block(size) / 2**30
@@ -68,7 +88,7 @@ def greedy_text(model: str, ids: list[int]) -> str | None:
         return None
 
 
-def summary(r) -> str:
+def summary(r: PrefillMeasurement) -> str:
     """A readable report of one PrefillMeasurement."""
     blocks = r.hit_tokens // 16
     mfu = "" if r.mfu is None else f", MFU of the full run {r.mfu:.0%}"

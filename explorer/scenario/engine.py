@@ -17,6 +17,8 @@ from explorer.core.kv_cache_manager import KVCacheBlocks
 from explorer.core.metrics import CachingMetrics, PrefixCacheStats
 from explorer.core.request import LoRARequest, MultiModalFeature, Request, RequestStatus
 from explorer.core.sched.request_steps import RequestSteps
+from explorer.miss.reasons import MissTracker
+from explorer.miss.tee import observer_of
 from explorer.scenario.budget import check_replay_budget
 from explorer.scenario.engine_steps import EngineStepReplay, replay_engine_steps
 from explorer.scenario.recorder import (
@@ -25,6 +27,7 @@ from explorer.scenario.recorder import (
     StepRecorder,
     admit_fields,
     block_hasher,
+    hash_lookahead,
     hashed_since,
     new_manager,
 )
@@ -43,10 +46,19 @@ class ScenarioEngine:
         self.record = record
         cfg = scenario.engine
         groups = scenario.groups
-        self.ctx, self.hasher = block_hasher(cfg, hash_seed, hash_block_size=scenario.hash_block_size)
+        la = hash_lookahead(scenario)
+        self.ctx, self.hasher = block_hasher(cfg, hash_seed, scenario.hash_block_size, False, la)
         self.recorder = StepRecorder(groups.groups[0].block_size if groups else cfg.block_size) if record else None
         spec = scenario.speculative
-        self.manager = new_manager(cfg, self.recorder, groups, speculative=spec)
+        self.misses = MissTracker(scenario.hash_block_size)
+        self.manager = new_manager(
+            cfg,
+            observer_of(self.recorder, self.misses),
+            groups,
+            speculative=spec,
+            num_hash_lookahead_tokens=la,
+            release=scenario.release,
+        )
         self.sched = RequestSteps(self.manager, 0 if spec is None else spec.num_lookahead_tokens)
         # Speculative decoding: request id -> drafts its last `decode` verifies, until `sample`.
         self.drafts: dict[str, int] = {}
@@ -67,7 +79,9 @@ class ScenarioEngine:
         out: dict[str, Any] = {"ok": True}
         if self.recorder is not None:
             self.recorder.clear()
+        self.misses.step = op.index
         getattr(self, f"_op_{op.op}")(op, out)
+        misses = self.misses.take()
         events = tuple(self.manager.take_events())
         stats = self.manager.make_prefix_cache_stats()
         assert stats is not None
@@ -86,6 +100,7 @@ class ScenarioEngine:
             hashed=out.get("hashed", ()),
             preempted=tuple(out.get("preempted", ())),
             hybrid=out.get("hybrid"),
+            miss=misses.get(op.id or "") if op.op == "admit" else None,
             **(self.recorder.records() if self.recorder is not None else {}),
         )
         return with_expectations(step)

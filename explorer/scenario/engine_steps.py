@@ -24,12 +24,15 @@ from explorer.core.sched.engine_core import EngineStep, make_engine_core
 from explorer.core.sched.kv_connector.offloading import OffloadingConnector
 from explorer.core.sched.kv_connector.static import StaticConnector
 from explorer.core.sched.output import EngineCoreOutputs, KVEventCollector
+from explorer.miss.reasons import MissTracker
+from explorer.miss.tee import observer_of
 from explorer.scenario.connector import held, make_connector
 from explorer.scenario.recorder import (
     GROUP_0,
     StepError,
     StepRecorder,
     block_hasher,
+    hash_lookahead,
     hashed_since,
     new_manager,
     step_fields,
@@ -132,17 +135,23 @@ class EngineStepReplay:
         self.scenario = scenario
         self.record = record
         cfg, groups, s = scenario.engine, scenario.groups, scenario.sched
-        self.ctx, self.hasher = block_hasher(cfg, hash_seed, scenario.hash_block_size, scenario.connector is not None)
+        la = hash_lookahead(scenario)
+        self.ctx, self.hasher = block_hasher(
+            cfg, hash_seed, scenario.hash_block_size, scenario.connector is not None, la
+        )
         self.recorder = SchedRecorder(groups.groups[0].block_size if groups else cfg.block_size) if record else None
         # vLLM's max_in_flight_tokens: one budget per concurrent batch (2 with async scheduling)
         in_flight = (2 if s.scheduler == "async" else 1) * s.max_num_batched_tokens
-        self.manager = new_manager(cfg, self.recorder, groups, in_flight, scenario.speculative)
+        self.misses = MissTracker(scenario.hash_block_size)
+        observer = observer_of(self.recorder, self.misses)
+        self.manager = new_manager(cfg, observer, groups, in_flight, scenario.speculative, la, scenario.release)
         config = SchedulerConfig(
             s.max_num_batched_tokens,
             s.max_num_seqs,
             s.long_prefill_token_threshold,
             s.scheduler == "async",
             scenario.speculative,
+            scenario.release,
         )
         self.publisher = KVEventCollector()
         self.connector, worker = make_connector(scenario.connector, cfg)
@@ -163,6 +172,7 @@ class EngineStepReplay:
         if self.recorder is not None:
             self.recorder.clear()
         out: dict[str, Any] = {"ok": True}
+        self.misses.step = op.index
         try:
             getattr(self, f"_op_{op.op}")(op, out)
         except SchedulingError as e:  # what vLLM would raise on, or cannot replay: bad input
@@ -177,6 +187,7 @@ class EngineStepReplay:
             preempted=tuple(out.get("preempted", ())),
             engine_step=out.get("engine_step"),
             hybrid=out.get("hybrid"),
+            misses=self.misses.take(),
             **(self.recorder.records() if self.recorder is not None else {}),
         )
         return with_expectations(step)

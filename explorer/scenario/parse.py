@@ -19,7 +19,14 @@ from typing import Any
 from explorer.core.hashing import HASH_ALGOS
 from explorer.errors import BadInput, read_user_file
 from explorer.scenario.budget import SizeBudget
-from explorer.scenario.parse_connector import check_expects, check_offloading_alone, check_step_arrive, parse_connector
+from explorer.scenario.parse_arrive import LoraRegistry, parse_arrive, parse_tokens
+from explorer.scenario.parse_connector import (
+    ConnectorSpec,
+    check_expects,
+    check_offloading_alone,
+    check_step_arrive,
+    parse_connector,
+)
 from explorer.scenario.parse_groups import (
     GROUP_KEYS,
     check_group_expects,
@@ -27,6 +34,7 @@ from explorer.scenario.parse_groups import (
     parse_groups,
     refuse_connector,
 )
+from explorer.scenario.parse_release import RELEASE_KEY, check_release, parse_release, sync_drafts
 from explorer.scenario.parse_spec_decode import SPEC_KEY, apply_spec_ops, parse_speculative
 from explorer.scenario.parse_values import Ctx, read_bool, read_int, read_str, show
 from explorer.scenario.spec import (
@@ -40,14 +48,11 @@ from explorer.scenario.spec import (
     OPS,
     EngineConfig,
     Limits,
-    LoraSpec,
-    MMSpec,
     Op,
     Scenario,
     value_has_kind,
 )
 from explorer.scenario.step_spec import SCHED_DEFAULTS, is_engine_step_scenario, kind_error, parse_sched
-from explorer.tokens import parse_token_list, spec_length
 from explorer.toml_read import loads_toml
 
 
@@ -56,7 +61,7 @@ def _engine(ctx: Ctx, raw: Any, limits: Limits) -> EngineConfig:
         raw = {}
     if not isinstance(raw, Mapping):
         raise ctx.fail("engine", "expected a table")
-    extra = ("kv_connector", SPEC_KEY, *GROUP_KEYS)
+    extra = ("kv_connector", SPEC_KEY, RELEASE_KEY, *GROUP_KEYS)
     unknown = set(raw) - set(ENGINE_DEFAULTS) - set(SCHED_DEFAULTS) - set(extra)
     if unknown:
         known = ", ".join([*ENGINE_DEFAULTS, *SCHED_DEFAULTS, *extra])
@@ -80,72 +85,6 @@ def _engine(ctx: Ctx, raw: Any, limits: Limits) -> EngineConfig:
     )
 
 
-def _tokens(ctx: Ctx, where: str, value: Any, budget: SizeBudget, op: str, rid: str) -> tuple[int, ...]:
-    """A token spec or int array, its length counted against the caps (per op, in all, full
-    blocks) before anything is expanded."""
-    try:
-        if isinstance(value, str):
-            n = spec_length(value)
-        elif isinstance(value, (list, tuple)):
-            n = len(value)
-        else:
-            raise BadInput(f"expected a token spec string or an array of ints, got {type(value).__name__}")
-        budget.take_tokens(op, rid, n)
-        return tuple(parse_token_list(value, "tokens", max_tokens=n))
-    except BadInput as e:
-        raise ctx.fail(where, str(e)) from None
-
-
-class _LoraRegistry:
-    """LoRA ids 1, 2, ... in order of first appearance; one path per name."""
-
-    def __init__(self) -> None:
-        self.by_name: dict[str, LoraSpec] = {}
-
-    def get(self, ctx: Ctx, where: str, name: str, path: str | None) -> LoraSpec:
-        path = f"loras/{name}" if path is None else path
-        if not path:
-            raise ctx.fail(f"{where}.lora_path", "must not be empty (vLLM refuses an empty LoRA path)")
-        known = self.by_name.get(name)
-        if known is None:
-            known = self.by_name[name] = LoraSpec(name, len(self.by_name) + 1, path)
-        elif known.path != path:
-            raise ctx.fail(f"{where}.lora_path", f"LoRA {name!r} already has path {known.path!r} in this scenario")
-        return known
-
-
-def _mm(ctx: Ctx, where: str, raw: Any, num_prompt: int) -> tuple[MMSpec, ...]:
-    if not isinstance(raw, list):
-        raise ctx.fail(f"{where}.mm", "expected an array of tables {id, offset, length}")
-    items = []
-    for i, item in enumerate(raw):
-        w = f"{where}.mm[{i}]"
-        if not isinstance(item, Mapping):
-            raise ctx.fail(w, "expected a table {id, offset, length}")
-        unknown = set(item) - {"id", "offset", "length"}
-        if unknown or not {"id", "offset", "length"} <= set(item):
-            raise ctx.fail(w, "expected exactly the keys id, offset and length")
-        items.append(
-            MMSpec(
-                read_str(ctx, f"{w}.id", item["id"], allow_empty=False),
-                read_int(ctx, f"{w}.offset", item["offset"], 0),
-                read_int(ctx, f"{w}.length", item["length"], 1),
-            )
-        )
-    items.sort(key=lambda m: m.offset)
-    prev_end = 0
-    for m in items:
-        if m.offset + m.length > num_prompt:
-            raise ctx.fail(
-                f"{where}.mm",
-                f"image {m.id!r} covers tokens [{m.offset}, {m.offset + m.length}), outside the {num_prompt}-token prompt",
-            )
-        if m.offset < prev_end:
-            raise ctx.fail(f"{where}.mm", f"image {m.id!r} at offset {m.offset} overlaps the previous image")
-        prev_end = m.offset + m.length
-    return tuple(items)
-
-
 def _expect(ctx: Ctx, where: str, op: str, raw: Any) -> dict[str, Any]:
     if not isinstance(raw, Mapping):
         raise ctx.fail(f"{where}.expect", "expected a table")
@@ -163,11 +102,25 @@ def _expect(ctx: Ctx, where: str, op: str, raw: Any) -> dict[str, Any]:
             raise ctx.fail(f"{where}.expect.{key}", f"expected {kind}, got {show(value)}")
         if kind.startswith("an array") and len(value) > 1 << 20:
             raise ctx.fail(f"{where}.expect.{key}", f"{len(value):,} items, more than can be reported")
+        if isinstance(value, Mapping) and len(value) > MAX_EXPECT_TABLE:  # keyed by request id
+            raise ctx.fail(
+                f"{where}.expect.{key}",
+                f"{len(value):,} entries, more than the {MAX_EXPECT_TABLE:,} requests a scenario can hold",
+            )
     return dict(raw)
 
 
+MAX_EXPECT_TABLE = CLI_LIMITS.max_arrivals  # a step's tables have an entry per request at most
+
+
 def _step(
-    ctx: Ctx, i: int, raw: Any, loras: _LoraRegistry, budget: SizeBudget, engine_steps: bool = False, kv=None
+    ctx: Ctx,
+    i: int,
+    raw: Any,
+    loras: LoraRegistry,
+    budget: SizeBudget,
+    engine_steps: bool = False,
+    kv: ConnectorSpec | None = None,
 ) -> Op:
     if not isinstance(raw, Mapping):
         raise ctx.fail(f"step {i + 1}", "expected a table")
@@ -202,10 +155,10 @@ def _step(
         raise ctx.fail(label, "id: missing request id")
     rid = read_str(ctx, f"{label}: id", rid, allow_empty=False)
     if op == "arrive":
-        arrive = _arrive(ctx, i, label, raw, rid, loras, budget, note, expect)
+        arrive = parse_arrive(ctx, i, label, raw, rid, loras, budget, note, expect)
         if not engine_steps:
             return arrive
-        output = _tokens(ctx, f"{label}: output", raw["output"], budget, "sample", rid)
+        output = parse_tokens(ctx, f"{label}: output", raw["output"], budget, "sample", rid)
         p, bs, cap = arrive.prompt, budget.engine.block_size, budget.engine.max_model_len
         ext = check_step_arrive(ctx.fail, label, raw, kv, p, output, bs, cap, arrive.prompt_logprobs)
         return replace(arrive, output=output, ext=ext)
@@ -220,57 +173,11 @@ def _step(
                 f"{label}: tokens",
                 'a bare integer is ambiguous: write a token spec string like "7" or an array like [7]',
             )
-        toks = _tokens(ctx, f"{label}: tokens", raw["tokens"], budget, op, rid)
+        toks = parse_tokens(ctx, f"{label}: tokens", raw["tokens"], budget, op, rid)
         if not toks:
             raise ctx.fail(f"{label}: tokens", "no tokens")
         return Op(i, op, rid, tokens=toks, note=note, expect=expect)
     return Op(i, op, rid, note=note, expect=expect)
-
-
-def _arrive(ctx, i, label, raw, rid, loras, budget: SizeBudget, note, expect) -> Op:
-    has_prompt, has_text = "prompt" in raw, "text" in raw
-    if has_prompt == has_text:
-        raise ctx.fail(label, "prompt: give exactly one of `prompt` (token spec or ints) and `text`")
-    text = None
-    if has_prompt:
-        prompt = _tokens(ctx, f"{label}: prompt", raw["prompt"], budget, "arrive", rid)
-    else:
-        text = read_str(ctx, f"{label}: text", raw["text"])
-        try:
-            from explorer.tokens import encode_text
-
-            prompt = tuple(encode_text(text))
-        except BadInput as e:
-            raise ctx.fail(f"{label}: text", str(e)) from None
-        try:
-            budget.take_tokens("arrive", rid, len(prompt))
-        except BadInput as e:
-            raise ctx.fail(f"{label}: text", f"tokenizes to {len(prompt):,} tokens: {e}") from None
-    if not prompt:
-        raise ctx.fail(f"{label}: prompt", "empty prompt (vLLM refuses it too)")
-    lora = None
-    if "lora" in raw:
-        name = read_str(ctx, f"{label}: lora", raw["lora"], allow_empty=False)
-        path = read_str(ctx, f"{label}: lora_path", raw["lora_path"]) if "lora_path" in raw else None
-        lora = loras.get(ctx, label + ": lora", name, path)
-    elif "lora_path" in raw:
-        raise ctx.fail(f"{label}: lora_path", "needs `lora` (the adapter name)")
-    salt = read_str(ctx, f"{label}: cache_salt", raw["cache_salt"]) if "cache_salt" in raw else None
-    mm = _mm(ctx, label, raw["mm"], len(prompt)) if "mm" in raw else ()
-    logprobs = read_bool(ctx, f"{label}: prompt_logprobs", raw.get("prompt_logprobs", False))
-    return Op(
-        i,
-        "arrive",
-        rid,
-        prompt=prompt,
-        text=text,
-        lora=lora,
-        cache_salt=salt,
-        mm=mm,
-        prompt_logprobs=logprobs,
-        note=note,
-        expect=expect,
-    )
 
 
 class StepParser:
@@ -278,10 +185,15 @@ class StepParser:
     ids carry over from step to step). The random scenario generator builds through it."""
 
     def __init__(
-        self, source: str, engine: EngineConfig, limits: Limits = CLI_LIMITS, engine_steps: bool = False, kv=None
+        self,
+        source: str,
+        engine: EngineConfig,
+        limits: Limits = CLI_LIMITS,
+        engine_steps: bool = False,
+        kv: ConnectorSpec | None = None,
     ) -> None:
         self._ctx = Ctx(source)
-        self._loras = _LoraRegistry()
+        self._loras = LoraRegistry()
         self.budget = SizeBudget(engine, limits)
         self._engine_steps, self._kv = engine_steps, kv
 
@@ -308,19 +220,27 @@ def parse_scenario_dict(data: Mapping[str, Any], source: str = "<scenario>", lim
         raise ctx.fail("steps", "expected an array of tables ([[steps]])")
     if len(steps) > limits.max_steps:
         raise ctx.fail("steps", f"{len(steps):,} steps, more than the limit {limits.max_steps:,}")
+    # Tokenizing takes seconds a megabyte: every `text` is counted before the first is tokenized.
+    text_chars = sum(len(s["text"]) for s in steps if isinstance(s, Mapping) and isinstance(s.get("text"), str))
+    if text_chars > limits.max_text_chars:
+        raise ctx.fail(
+            "steps", f"the texts have {text_chars:,} characters in all, more than the limit {limits.max_text_chars:,}"
+        )
     engine_steps = is_engine_step_scenario(steps)
     sched = parse_sched(ctx.fail, data.get("engine"), engine_steps, engine.max_model_len)
     kv = parse_connector(ctx.fail, data.get("engine"), engine_steps)  # design section 10
-    speculative = parse_speculative(ctx.fail, data.get("engine"), sched)  # design section 9
+    speculative = parse_speculative(ctx.fail, data.get("engine"), sched, kv is not None)  # design section 9
     groups = parse_groups(ctx.fail, data.get("engine"), engine.block_size, MAX_BLOCK_SIZE)  # section 8
-    check_offloading_alone(ctx.fail, kv, groups, speculative)
-    refuse_connector(ctx.fail, groups, kv is not None)
+    vllm = parse_release(ctx.fail, data.get("engine"))  # section 15
+    check_release(ctx.fail, vllm, groups, kv, sync_drafts(sched, speculative))
+    check_offloading_alone(ctx.fail, kv, groups)
+    refuse_connector(ctx.fail, groups, kv is not None, steps)
     parser = StepParser(source, hashing_engine(engine, groups), limits, engine_steps, kv)
     ops = tuple(check_expects(ctx.fail, parser.parse(i, s), kv) for i, s in enumerate(steps))
     ops = apply_spec_ops(ctx.fail, ops, steps, speculative)
     check_group_expects(ctx.fail, ops, groups)
     raw = tuple(dict(s) for s in steps)
-    return Scenario(title, engine, ops, source, description, raw, sched, kv, speculative, groups)
+    return Scenario(title, engine, ops, source, description, raw, sched, kv, speculative, groups, vllm)
 
 
 def parse_scenario_text(text: str, source: str = "<scenario>", limits: Limits = CLI_LIMITS) -> Scenario:

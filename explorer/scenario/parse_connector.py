@@ -101,16 +101,15 @@ def parse_connector(fail: Fail, raw_engine: Any, engine_steps: bool) -> Connecto
     return ConnectorSpec(kind, "async", policy, cpu_blocks)
 
 
-def check_offloading_alone(fail: Fail, kv: ConnectorSpec | None, groups: object, speculative: object) -> None:
-    """The offloading connector is modelled for one full-attention group without drafts:
-    hybrid groups or speculative decoding with it are refused (vLLM's connector handles them
-    with sliding-window chunks and EAGLE's volatile tail, not modelled here)."""
+def check_offloading_alone(fail: Fail, kv: ConnectorSpec | None, groups: object) -> None:
+    """The offloading connector is modelled for one full-attention group: with hybrid groups
+    it is refused (vLLM's connector handles them with sliding-window chunks, not modelled
+    here). With speculative decoding it runs as vLLM's does for a group not marked as the
+    drafter's: it stores prompt blocks only, so EAGLE's volatile decode tail never arises."""
     if kv is None or kv.kind != "offloading":
         return
     if groups is not None:
         raise fail("engine.kv_connector", 'kind = "offloading" with kv_cache_groups is not modelled (one group only)')
-    if speculative is not None:
-        raise fail("engine.kv_connector", 'kind = "offloading" with speculative decoding is not modelled')
 
 
 def parse_external(
@@ -200,7 +199,13 @@ def check_step_arrive(
     """An engine-step `arrive`'s `output` (design section 7) and external keys."""
     if not output:
         raise fail(f"{label}: output", "no tokens (max_tokens = len(output) must be at least 1)")
-    n = len(prompt) + len(output)
-    if n > max_model_len:
-        raise fail(f"{label}: output", f"prompt + output = {n:,} tokens, more than max_model_len = {max_model_len:,}")
+    if len(prompt) >= max_model_len:
+        # vLLM's input processor refuses a prompt that leaves no room to generate
+        # (input_processor.py:520-552); a longer output is capped at max_model_len instead.
+        raise fail(
+            f"{label}: prompt",
+            f"{len(prompt):,} tokens, at least max_model_len = {max_model_len:,}: no room to generate",
+        )
+    # The request never holds more than max_model_len tokens: it finishes length-capped there.
+    n = min(len(prompt) + len(output), max_model_len)
     return parse_external(fail, label, raw, connector, len(prompt), n, block_size, prompt_logprobs)

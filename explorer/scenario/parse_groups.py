@@ -182,12 +182,19 @@ def _has_kind(value: Any, kind: str) -> bool:
     return isinstance(value, Mapping) and all(isinstance(k, str) and inner(v) for k, v in value.items())
 
 
-def refuse_connector(fail: Callable[[str, str], BadInput], groups: GroupsSpec | None, has_connector: bool) -> None:
-    """A KV connector with more than one group, or with a window group, is not modelled
-    (design section 10): vLLM's connector paths for window groups differ from ours."""
-    if not has_connector or groups is None:
+def refuse_connector(
+    fail: Callable[[str, str], BadInput], groups: GroupsSpec | None, has_connector: bool, steps: Sequence[Any]
+) -> None:
+    """A KV connector runs with any groups (design section 10), but with more than one group a
+    load that reports invalid blocks makes vLLM raise (block ids are unique only within a
+    group; scheduler.py:3288-3297): `invalid_external_blocks` is bad input there."""
+    if not has_connector or groups is None or len(groups.groups) == 1:
         return
-    if len(groups.groups) > 1:
-        raise fail("engine.kv_connector", "a KV connector with hybrid KV cache groups is not modelled")
-    if groups.groups[0].sliding_window is not None:
-        raise fail("engine.kv_connector", "a KV connector with a sliding-window group is not modelled")
+    for i, step in enumerate(steps):
+        if isinstance(step, Mapping) and "invalid_external_blocks" in step:
+            who = f" {step['id']}" if isinstance(step.get("id"), str) and len(step["id"]) <= 40 else ""
+            raise fail(
+                f"step {i + 1} ({step.get('op')}{who}): invalid_external_blocks",
+                "with more than one KV cache group vLLM cannot map a load's invalid blocks back to "
+                "requests and raises (a connector must report failed requests instead)",
+            )

@@ -5,8 +5,8 @@ on a manager-level `decode`, `accepted` on an engine-step `arrive`.
 EAGLE-family hit drop and the lookahead slots of every allocation (core/sched/speculative.py).
 The methods are vLLM's names; those vLLM 0.31.0 refuses for the model the scenarios stand
 for (a small Llama, what the conformance tier builds) are bad input, in vLLM's words. With
-``speculative``, an engine-step scenario must use the sync scheduler (the contract's current
-limit). A `decode` with ``draft_tokens = d`` verifies d drafts, and the next op on that request
+``speculative``, an engine-step scenario runs under either scheduler; under the async one a
+KV connector is not modelled (bad input). A `decode` with ``draft_tokens = d`` verifies d drafts, and the next op on that request
 must be a `sample` of 1 to d + 1 tokens (the accepted drafts and a bonus token).
 """
 
@@ -41,7 +41,9 @@ def _count(fail: Fail, where: str, value: Any, lo: int, hi: int) -> int:
     return value
 
 
-def parse_speculative(fail: Fail, raw_engine: Any, sched: SchedSpec | None) -> SpeculativeConfig | None:
+def parse_speculative(
+    fail: Fail, raw_engine: Any, sched: SchedSpec | None, has_connector: bool = False
+) -> SpeculativeConfig | None:
     """``engine.speculative`` (None when absent); bad input where vLLM or the contract refuses."""
     raw = raw_engine.get(SPEC_KEY) if isinstance(raw_engine, Mapping) else None
     if raw is None:
@@ -63,14 +65,14 @@ def parse_speculative(fail: Fail, raw_engine: Any, sched: SchedSpec | None) -> S
     k = _count(fail, f"{where}.num_speculative_tokens", raw["num_speculative_tokens"], 1, MAX_SPEC_TOKENS)
     config = SpeculativeConfig(method, k)
     if sched is not None:
-        if sched.scheduler != "sync":
+        if sched.scheduler == "async" and has_connector:
             raise fail(
-                "engine.scheduler",
-                f'speculative decoding needs scheduler = "sync" (got {sched.scheduler!r}: drafts under '
-                "the async scheduler are not in this version of the contract)",
+                "engine.kv_connector",
+                'speculative decoding with a KV connector under scheduler = "async" is not modelled '
+                '(use scheduler = "sync")',
             )
         try:
-            config.check(sched.max_num_batched_tokens, False, sched.long_prefill_token_threshold)
+            config.check(sched.max_num_batched_tokens, sched.scheduler == "async", sched.long_prefill_token_threshold)
         except ConfigError as e:
             raise fail(where, str(e)) from None
     return config

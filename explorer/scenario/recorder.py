@@ -15,12 +15,13 @@ from explorer.core.hashing import BlockHash, HashContext, init_none_hash
 from explorer.core.kv_cache_manager import KVCacheManager
 from explorer.core.kv_cache_observer import AdmissionCheck, FreedTo, GroupLookup, KVCacheObserver
 from explorer.core.kv_cache_utils import generate_block_hash_extra_keys, get_request_block_hasher
+from explorer.core.release import VLLM_0_31, VllmRelease
 from explorer.core.request import Request
 from explorer.core.sched.request_steps import RequestSteps
 from explorer.core.sched.speculative import SpeculativeConfig
 from explorer.errors import BadInput
 from explorer.scenario.parse_groups import GroupsSpec
-from explorer.scenario.spec import EngineConfig
+from explorer.scenario.spec import EngineConfig, Scenario
 from explorer.scenario.trace import CacheCall, CachedBlock, DraftsVerified, Freed, HashedBlock, Lookup, Retention
 
 
@@ -33,7 +34,11 @@ GROUP_0 = 0
 
 
 def block_hasher(
-    cfg: EngineConfig, hash_seed: str | None, hash_block_size: int | None = None, connector: bool = False
+    cfg: EngineConfig,
+    hash_seed: str | None,
+    hash_block_size: int | None = None,
+    connector: bool = False,
+    num_hash_lookahead_tokens: int = 0,
 ) -> tuple[HashContext | None, Callable[[Request], list[BlockHash]] | None]:
     """The engine's NONE_HASH context and request block hasher (at ``hash_block_size``, by
     default the block size); none with caching off and no KV connector (vLLM's EngineCore
@@ -44,7 +49,17 @@ def block_hasher(
         return None, None
     seed = hash_seed if hash_seed is not None else (cfg.hash_seed or None)
     ctx = init_none_hash(cfg.hash_algo, seed)
-    return ctx, get_request_block_hasher(hash_block_size or cfg.block_size, ctx)
+    return ctx, get_request_block_hasher(hash_block_size or cfg.block_size, ctx, num_hash_lookahead_tokens)
+
+
+def hash_lookahead(scenario: Scenario) -> int:
+    """The scenario's lookahead tokens per block hash under its vLLM release (0 = legacy)."""
+    spec = scenario.speculative
+    if spec is None:
+        return 0
+    return spec.num_hash_lookahead_tokens(
+        scenario.release.eagle_lookahead_hashes, scenario.engine.enable_prefix_caching, scenario.connector is not None
+    )
 
 
 class StepRecorder(KVCacheObserver):
@@ -61,6 +76,8 @@ class StepRecorder(KVCacheObserver):
         self.cache_calls: list[CacheCall] = []
         self.touched: list[int] = []
         self.touched_from_free: list[int] = []
+        self.popped: list[tuple[str, int]] = []
+        self.allocating = ""  # the request of the last allocate_slots check: its pops follow it
         self.evicted: list[tuple[int, bytes]] = []
         self.cached: list[CachedBlock] = []
         self.freed: list[Freed] = []
@@ -108,6 +125,7 @@ class StepRecorder(KVCacheObserver):
 
     def on_admission_check(self, check: AdmissionCheck) -> None:
         self.admissions.append(check)
+        self.allocating = check.request_id
 
     def on_touch(self, block_id: int, left_free_queue: bool) -> None:
         self.touched.append(block_id)
@@ -115,6 +133,7 @@ class StepRecorder(KVCacheObserver):
             self.touched_from_free.append(block_id)
 
     def on_pop(self, block_id: int, evicted_hash: BlockHash | None) -> None:
+        self.popped.append((self.allocating, block_id))
         if evicted_hash is not None:
             self.evicted.append((block_id, bytes(evicted_hash)))
 
@@ -135,6 +154,7 @@ class StepRecorder(KVCacheObserver):
             "cache_calls": tuple(self.cache_calls),
             "touched": tuple(self.touched),
             "touched_from_free": tuple(self.touched_from_free),
+            "popped": tuple(self.popped),
             "evicted": tuple(self.evicted),
             "cached": tuple(self.cached),
             "freed": tuple(self.freed),
@@ -163,6 +183,8 @@ def new_manager(
     groups: GroupsSpec | None = None,
     max_in_flight_tokens: int | None = None,
     speculative: SpeculativeConfig | None = None,
+    num_hash_lookahead_tokens: int = 0,
+    release: VllmRelease = VLLM_0_31,
 ) -> KVCacheManager:
     """The KV cache manager a scenario's engine settings describe (stats always on: the replay
     JSON reports them), with its hybrid KV cache groups if it has them, and with speculative
@@ -184,8 +206,11 @@ def new_manager(
         log_stats=True,
         use_int_block_hashes=cfg.int_block_hashes,
         observer=observer,
-        use_eagle=speculative is not None and speculative.use_eagle_block_drop(),
+        # Lookahead hashes prove the boundary token, so the drop goes (scheduler.py:342-345, 0.33.0).
+        use_eagle=speculative is not None and speculative.use_eagle_block_drop() and not num_hash_lookahead_tokens,
         num_prefill_lookahead=0 if speculative is None else speculative.num_prefill_lookahead_tokens,
+        num_hash_lookahead_tokens=num_hash_lookahead_tokens,
+        release=release,
         **hybrid,
     )
 

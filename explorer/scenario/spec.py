@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from explorer.core.hashing import resolve_none_hash_seed
+from explorer.core.release import DEFAULT_VLLM, VllmRelease, vllm_release
 from explorer.core.sched.speculative import SpeculativeConfig
 from explorer.scenario.parse_connector import ARRIVE_KEYS, EXPECT_STATS, ConnectorSpec, ExternalSpec
 from explorer.scenario.parse_groups import GROUP_EXPECT_KEYS, GroupsSpec
@@ -56,7 +57,7 @@ _COMMON_EXPECT = frozenset({"ok", "num_free_blocks", "free_queue", "event_types"
 # `expect` keys per op: a key for a field the op does not report is bad input.
 # The hybrid keys (design section 8) need kv_cache_groups: parse_groups.check_group_expects.
 EXPECT_KEYS: dict[str, frozenset[str]] = {
-    op: (_COMMON_EXPECT - {"ok"}) | STEP_EXPECT_KEYS | set(EXPECT_STATS) | GROUP_EXPECT_KEYS
+    op: _COMMON_EXPECT | STEP_EXPECT_KEYS | set(EXPECT_STATS) | GROUP_EXPECT_KEYS
     if op == "step"
     else _COMMON_EXPECT
     | ({"hit_tokens", *GROUP_EXPECT_KEYS} if op == "admit" else set())
@@ -126,6 +127,9 @@ class Limits:
     max_reset_blocks: int = 1 << 26  # resets x num_blocks: every reset walks the whole pool
     max_snapshot_cells: int = 1 << 24  # block entries a replay's snapshots hold (budget.py)
     max_recorded_decodes: int = 1 << 19  # `generate` tokens a recorded replay keeps the reports of
+    max_extra_key_chars: int = 1 << 24  # extra-key characters over every request's blocks (budget.py)
+    max_step_records: int = 1 << 18  # request-steps an engine-step replay keeps records of (budget.py)
+    max_text_chars: int = 2_000_000  # `text` characters of all arrives, counted before tokenizing
     max_file_bytes: int = 16 << 20  # a scenario file
 
 
@@ -254,6 +258,12 @@ class Scenario:
     speculative: SpeculativeConfig | None = None
     # The hybrid KV cache groups (design section 8); None: one full-attention group.
     groups: GroupsSpec | None = None
+    # engine.vllm (design section 15): the release whose behaviour the replay follows.
+    vllm: str = DEFAULT_VLLM
+
+    @property
+    def release(self) -> VllmRelease:
+        return vllm_release(self.vllm)
 
     @property
     def hash_block_size(self) -> int:
@@ -270,6 +280,8 @@ class Scenario:
         }
         if self.connector is not None:
             d["kv_connector"] = self.connector.as_dict()
+        if self.vllm != DEFAULT_VLLM:
+            d["vllm"] = self.vllm
         if self.speculative is not None:
             sp = self.speculative
             d["speculative"] = {"method": sp.method, "num_speculative_tokens": sp.num_speculative_tokens}

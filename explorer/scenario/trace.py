@@ -16,6 +16,7 @@ from explorer.core.events import KVCacheEvent, event_to_json
 from explorer.core.hashing import external_block_hash
 from explorer.core.kv_cache_observer import AdmissionCheck, GroupLookup
 from explorer.core.sched.output import EngineCoreOutputs
+from explorer.miss.reasons import Miss
 from explorer.scenario.spec import Op, Scenario
 
 
@@ -217,6 +218,10 @@ class Step:
     cache_calls: tuple[CacheCall, ...] = ()
     touched: tuple[int, ...] = ()  # hit blocks, touched before any allocation
     touched_from_free: tuple[int, ...] = ()  # ... of which were in the free queue
+    # Every block get_new_blocks popped, in pop order, with the request whose allocate_slots
+    # call popped it (every group's, and a connector's external blocks): not in the JSON,
+    # whose new_block_ids are what vLLM's drivers report.
+    popped: tuple[tuple[str, int], ...] = ()
     evicted: tuple[tuple[int, bytes], ...] = ()  # (block id, hash it lost), in pop order
     cached: tuple[CachedBlock, ...] = ()
     freed: tuple[Freed, ...] = ()  # in free order (the request's blocks reversed)
@@ -232,6 +237,9 @@ class Step:
     retention: tuple[Retention, ...] = ()
     skipped_freed: tuple[tuple[str, int, tuple[int, ...]], ...] = ()  # (request, group, blocks freed)
     expect_failures: tuple[str, ...] = ()
+    # Why the lookups missed (design section 14): an admit's own, a `step`'s by request id.
+    miss: Miss | None = None
+    misses: Mapping[str, Miss] | None = None
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -244,8 +252,11 @@ class Step:
             d["hit_tokens"] = self.hit_tokens
         if self.new_block_ids is not None:
             d["new_block_ids"] = list(self.new_block_ids)
+        if self.op.op == "admit":
+            d["miss"] = None if self.miss is None else self.miss.to_json()
         es = self.engine_step
         if es is not None:
+            d["misses"] = {} if self.misses is None else {k: m.to_json() for k, m in self.misses.items()}
             d["scheduled"] = dict(es.scheduled)
             d["outputs"] = {k: list(v) for k, v in es.outputs.items()}
             d["preempted"] = list(self.preempted)
@@ -324,6 +335,7 @@ class Trace:
                 "reset_ok": list(self.reset_ok),
                 "none_hash": None if self.none_hash is None else self.none_hash.hex(),
                 "hash_seed": self.hash_seed,
+                "vllm": self.scenario.vllm,
                 **hybrid,
             },
         }
@@ -353,8 +365,16 @@ def with_expectations(step: Step) -> Step:
         actual["finished"] = list(step.engine_step.finished)
         actual.update(step.engine_step.metrics or {})
     failures = tuple(
-        f"{step.op.label}: expected {key} = {want!r}, got {actual[key]!r}"
+        f"{step.op.label}: expected {key} = {_shown(want)}, got {_shown(actual[key])}"
         for key, want in step.op.expect.items()
         if actual[key] != want
     )
     return replace(step, expect_failures=failures) if failures else step
+
+
+MAX_SHOWN = 200  # characters of one value in an expect failure (a table may hold 100,000 entries)
+
+
+def _shown(value: Any) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= MAX_SHOWN else f"{shown[: MAX_SHOWN - 3]}... ({len(shown):,} characters)"

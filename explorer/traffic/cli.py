@@ -16,6 +16,7 @@ import time
 from typing import Any, TextIO
 
 from explorer.errors import BadInput
+from explorer.miss.sentence import largest_reason_sentence
 from explorer.traffic.scheduled import DEFAULT_STEP_MS, SchedulerPolicy
 from explorer.traffic.sweep import (
     CLI_MAX_BLOCKS_HASHED,
@@ -72,6 +73,13 @@ def _summary(sweep: SweepResult, source: str) -> str:
     for r in sweep.runs:
         blocks = f"{r.num_blocks:,}" if r.num_blocks is not None else "unbounded"
         lines.append(f"{r.policy:<10} {blocks:>10} {r.skipped:>8,} {r.hit_tokens:>14,} {r.hit_rate:>9.2%}")
+        if r.bound_belady is not None and r.bound_infinite is not None and sweep.prompt_tokens:
+            p = sweep.prompt_tokens
+            lines.append(
+                f"{'':<10} bounds: Belady {r.bound_belady / p:.2%}, infinite {r.bound_infinite / p:.2%} (not vLLM)"
+            )
+        if r.miss_tokens:
+            lines.append(f"{'':<10} {largest_reason_sentence(r.miss_tokens)}")
         if r.scheduler:
             c = r.scheduler
             lines.append(
@@ -108,7 +116,64 @@ def _scheduler_policy(args: argparse.Namespace, policies: list[str]) -> Schedule
     )
 
 
+def cmd_generate(args: argparse.Namespace) -> int:
+    from explorer.traffic.generate import generate_trace
+
+    size = generate_trace(args.out, args.requests, args.seed)
+    sys.stderr.write(f"generate: {args.requests:,} requests, {size:,} bytes in {args.out}\n")
+    return 0
+
+
+# Belady's MIN evicts by each hash's next reference: a single pass over a stream has no future.
+STREAM_NO_BELADY = "bound_belady is not computed with --stream: Belady's MIN needs the trace's future references"
+
+
+def _replay_stream(args: argparse.Namespace) -> int:
+    """`replay --stream`: the default policy over the file read line by line, in memory bounded
+    by the pool. With ``--reasons`` also the missed tokens by reason and ``bound_infinite``
+    (``bound_belady``: null, see STREAM_NO_BELADY); both keep an entry per distinct block hash
+    (the reasons must tell a hash evicted from one never cached), so they are asked for."""
+    from explorer.traffic.generate import stream_trace
+    from explorer.traffic.sequential import replay_vllm_stream
+
+    if getattr(args, "policy", "vllm") != "vllm" or getattr(args, "num_blocks_list", None):
+        raise BadInput("--stream: only the default policy at one cache size")
+    reasons = bool(getattr(args, "reasons", False))
+    r = replay_vllm_stream(
+        stream_trace(args.trace, args.limit), args.block_size, args.num_blocks, args.outputs, False, reasons=reasons
+    )
+    out: dict[str, Any] = {
+        "block_size": args.block_size,
+        "num_blocks": args.num_blocks,
+        "requests": r.requests,
+        "skipped": r.skipped,
+        "prompt_tokens": r.prompt_tokens,
+        "hit_tokens": r.hit_tokens,
+        "hit_rate": r.hit_rate,
+        "tokens_per_s": round(r.prompt_tokens / r.seconds, 1) if r.seconds > 0 else 0.0,
+    }
+    if reasons:
+        out.update(miss_tokens=r.miss_tokens, bound_infinite=r.bound_infinite, bound_belady=None)  # as `replay --json`
+    if args.json:
+        sys.stdout.write(json.dumps(out) + "\n")
+        return 0
+    lines = [" ".join(f"{k} {out[k]}" for k in list(out)[:8])]
+    if not reasons:
+        sys.stdout.write(lines[0] + "\n")
+        return 0
+    miss = r.miss_tokens or {}
+    lines.append("missed tokens by reason: " + (", ".join(f"{k} {v:,}" for k, v in miss.items()) or "none"))
+    lines.append(largest_reason_sentence(miss))
+    if r.prompt_tokens and r.bound_infinite is not None:
+        lines.append(f"bounds: infinite {r.bound_infinite / r.prompt_tokens:.2%} (not vLLM)")
+    lines.append(STREAM_NO_BELADY)
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
+    if getattr(args, "stream", False):
+        return _replay_stream(args)
     trace = load_trace(args.trace, args.limit)
     sizes_text = getattr(args, "num_blocks_list", None)
     sizes = parse_sizes(sizes_text) if sizes_text else [args.num_blocks]
@@ -143,11 +208,17 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 "hit_rate": r.hit_rate,
                 "tokens_per_s": round(sweep.tokens_per_s, 1),
             }
+            if getattr(args, "vllm", None):
+                # A trace replays plain full-attention traffic: no drift item applies to it.
+                out["vllm"] = args.vllm
             if r.policy != "vllm":
                 out["policy"] = r.policy
             if r.scheduler is not None:
                 out["scheduler"] = r.scheduler
                 out["hits"] = r.hits
+            for key in ("miss_tokens", "bound_infinite", "bound_belady"):  # design section 14
+                if getattr(r, key) is not None:
+                    out[key] = getattr(r, key)
         else:
             out = sweep_to_dict(sweep)
         sys.stdout.write(json.dumps(out) + "\n")

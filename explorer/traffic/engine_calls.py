@@ -8,13 +8,15 @@ the manager, in vLLM's scheduler order, are made by `RequestSteps`
 from __future__ import annotations
 
 from explorer.core.kv_cache_manager import KVCacheManager
+from explorer.core.kv_cache_observer import KVCacheObserver
 from explorer.core.request import Request
 from explorer.core.sched.request_steps import RequestSteps
 from explorer.traffic.trace import MAX_MODEL_LEN
 
 
-def new_engine(num_blocks: int, block_size: int) -> RequestSteps:
-    """A fresh engine for one run: prefix caching and stats on, no KV events."""
+def new_engine(num_blocks: int, block_size: int, observer: KVCacheObserver | None = None) -> RequestSteps:
+    """A fresh engine for one run: prefix caching and stats on, no KV events (``observer``:
+    who hears the core, e.g. the miss reasons)."""
     manager = KVCacheManager(
         num_blocks,
         block_size,
@@ -22,6 +24,7 @@ def new_engine(num_blocks: int, block_size: int) -> RequestSteps:
         enable_caching=True,
         enable_kv_cache_events=False,
         log_stats=True,
+        observer=observer,
     )
     return RequestSteps(manager)
 

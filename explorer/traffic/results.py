@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from explorer.errors import BadInput
+from explorer.miss.reasons import REASONS
 
 MAX_NUM_BLOCKS = 1 << 22  # a pool of 4.2M blocks is about 500 MB of block objects
 UI_MAX_NUM_BLOCKS = 1 << 21  # the web page's share of a small shared server
@@ -23,6 +24,12 @@ class RunResult:
     seconds: float
     hits: list[int] = field(repr=False)  # hit tokens per request (0 when skipped)
     scheduler: dict[str, Any] | None = None  # the scheduler policy's settings and figures
+    # Why the rest missed (design section 14): missed tokens by reason, summed over requests
+    # (a request the replay skips: every token "skipped"), and the two bounds at this size.
+    miss_tokens: dict[str, int] | None = None
+    bound_infinite: int | None = None
+    bound_belady: int | None = None
+    misses: list[Any] | None = field(default=None, repr=False)  # each request's Miss, when kept
 
     @property
     def hit_rate(self) -> float:
@@ -39,7 +46,24 @@ class RunResult:
         }
         if self.scheduler is not None:
             d["scheduler"] = self.scheduler
+        if self.miss_tokens is not None:
+            d["miss_tokens"] = dict(self.miss_tokens)
+        if self.bound_infinite is not None:
+            d["bound_infinite"] = self.bound_infinite
+        if self.bound_belady is not None:
+            d["bound_belady"] = self.bound_belady
         return d
+
+
+def add_miss(total: dict[str, int], tokens: dict[str, int]) -> None:
+    """Add one lookup's missed tokens by reason to a run's totals."""
+    for reason, n in tokens.items():
+        total[reason] = total.get(reason, 0) + n
+
+
+def ordered_reasons(total: dict[str, int]) -> dict[str, int]:
+    """The totals in the reasons' order (design section 14)."""
+    return {r: total[r] for r in REASONS if total.get(r)}
 
 
 def check_num_blocks(num_blocks: int, max_blocks: int = MAX_NUM_BLOCKS) -> None:

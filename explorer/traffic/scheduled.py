@@ -31,7 +31,6 @@ later arrivals wait as trace indices.
 
 from __future__ import annotations
 
-import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -40,17 +39,19 @@ from typing import Any
 
 from explorer.core.errors import ConfigError
 from explorer.core.kv_cache_manager import KVCacheManager
+from explorer.core.kv_cache_observer import KVCacheObserver
 from explorer.core.metrics import PrefixCacheStats
 from explorer.core.sched.config import SchedulerConfig
 from explorer.core.sched.engine_core import EngineCore, make_engine_core
 from explorer.errors import BadInput
+from explorer.miss.reasons import Miss, MissTracker
+from explorer.traffic.clock import arrival_step, check_step_ms
 from explorer.traffic.hashing import PrecomputedBlockHasher, PreparedTrace, arrive
-from explorer.traffic.results import RunResult, check_num_blocks, tick
+from explorer.traffic.results import RunResult, add_miss, check_num_blocks, ordered_reasons, tick
 from explorer.traffic.trace import MAX_MODEL_LEN, is_skipped
 
 SCHEDULERS = ("async", "sync")
 DEFAULT_STEP_MS = 20.0
-MAX_STEP_MS = 3_600_000.0  # one step an hour
 MAX_BATCHED_TOKENS = 1 << 20  # the engine's max_model_len
 
 
@@ -67,8 +68,7 @@ class SchedulerPolicy:
         """vLLM's SchedulerConfig for these settings; BadInput for what vLLM would refuse."""
         if self.scheduler not in SCHEDULERS:
             raise BadInput(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {self.scheduler!r}")
-        if not isinstance(self.step_ms, (int, float)) or not 0 < self.step_ms <= MAX_STEP_MS:
-            raise BadInput(f"step_ms must be a number in (0, {MAX_STEP_MS:,.0f}], got {self.step_ms!r}")
+        check_step_ms(self.step_ms)
         mnbt = self.max_num_batched_tokens
         if not isinstance(mnbt, int) or mnbt > MAX_BATCHED_TOKENS:
             raise BadInput(f"max_num_batched_tokens must be an integer of at most {MAX_BATCHED_TOKENS:,}, got {mnbt!r}")
@@ -88,20 +88,19 @@ class SchedulerPolicy:
         }
 
 
-def arrival_step(timestamp: float, step_ms: float) -> int:
-    """The first step k with ``timestamp <= k x step_ms``: the step a request arrives before."""
-    k = math.ceil(timestamp / step_ms)
-    while k > 0 and (k - 1) * step_ms >= timestamp:
-        k -= 1
-    while k * step_ms < timestamp:
-        k += 1
-    return k
-
-
-def new_engine_core(num_blocks: int, block_size: int, config: SchedulerConfig) -> EngineCore:
-    """A fresh engine for one run: prefix caching and stats on, no KV events, no observer."""
+def new_engine_core(
+    num_blocks: int, block_size: int, config: SchedulerConfig, observer: KVCacheObserver | None = None
+) -> EngineCore:
+    """A fresh engine for one run: prefix caching and stats on, no KV events (``observer``:
+    the miss reasons)."""
     manager = KVCacheManager(
-        num_blocks, block_size, MAX_MODEL_LEN, enable_caching=True, enable_kv_cache_events=False, log_stats=True
+        num_blocks,
+        block_size,
+        MAX_MODEL_LEN,
+        enable_caching=True,
+        enable_kv_cache_events=False,
+        log_stats=True,
+        observer=observer,
     )
     return make_engine_core(manager, config)
 
@@ -120,7 +119,10 @@ def replay_scheduler(
     config = policy.config()
     t0 = time.perf_counter()
     bs, step_ms = prep.block_size, float(policy.step_ms)
-    core = new_engine_core(num_blocks, bs, config)
+    tracker = MissTracker(bs)
+    core = new_engine_core(num_blocks, bs, config, tracker)
+    latest: dict[str, Miss] = {}  # each request's last lookup, until its first admission reports
+    miss_tokens: dict[str, int] = {}
     hasher = PrecomputedBlockHasher(bs, prep.ctx)
     requests = prep.trace.requests
     order = sorted(range(len(requests)), key=lambda k: requests[k].timestamp)
@@ -148,7 +150,9 @@ def replay_scheduler(
             request = arrive(prep, j, hasher, max_tokens=max(requests[j].output_length, 1))
             core.add_request(request, zeros)
             fresh += 1
+        tracker.step = k
         result = core.step_fn()
+        latest.update(tracker.take())
         so, outs = result.scheduler_output, result.engine_core_outputs
         if so is None and outs is None:  # nothing to do: jump to the next arrival
             if a == len(arrivals):
@@ -167,6 +171,9 @@ def replay_scheduler(
             for out in outs.outputs:
                 if out.prefill_stats is not None:
                     hits[int(out.request_id)] = out.prefill_stats.num_cached_tokens
+                    first = latest.pop(out.request_id, None)  # the lookup of the admission it reports
+                    if first is not None:
+                        add_miss(miss_tokens, first.tokens)
                 if out.finished:
                     done += 1
                     last_finish = now
@@ -175,6 +182,9 @@ def replay_scheduler(
                 totals.add(outs.scheduler_stats.prefix_cache_stats)
         k += 1
     assert done == len(arrivals) and totals.hits == sum(hits), "every request finished, and reported its hit"
+    for j in range(len(requests)):
+        if is_skipped(requests[j], bs, num_blocks, True):
+            add_miss(miss_tokens, {"skipped": requests[j].input_length})
     figures = {
         **policy.as_dict(),
         "steps": steps,
@@ -195,4 +205,5 @@ def replay_scheduler(
         time.perf_counter() - t0,
         hits,
         figures,
+        miss_tokens=ordered_reasons(miss_tokens),
     )

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from explorer.errors import BadInput, read_user_file
+from explorer.traffic.clock import MAX_TIMESTAMP_MS
 
 TRACE_BLOCK_TOKENS = 512  # Mooncake: one hash id per 512 prompt tokens
 MAX_MODEL_LEN = 1 << 20  # the engine's max_model_len: input + output must fit
@@ -78,8 +79,10 @@ def _parse_line(where: str, line_no: int, text: str) -> TraceRequest:
     if "timestamp" not in obj:
         raise BadInput(f"{where}: missing field 'timestamp'")
     ts = obj["timestamp"]
-    if type(ts) not in (int, float) or not math.isfinite(ts) or ts < 0:
-        raise BadInput(f"{where}: timestamp must be a non-negative number (ms), got {json.dumps(ts)[:40]}")
+    if type(ts) not in (int, float) or not math.isfinite(ts) or not 0 <= ts <= MAX_TIMESTAMP_MS:
+        raise BadInput(
+            f"{where}: timestamp must be a number of ms in [0, {MAX_TIMESTAMP_MS:g}], got {json.dumps(ts)[:40]}"
+        )
     input_length = _field_int(where, obj, "input_length", 1)
     output_length = _field_int(where, obj, "output_length", 0)
     if "hash_ids" not in obj:

@@ -32,14 +32,41 @@ PER_REQUEST_BLOCK_SNAPSHOT = 24  # one block id and one block hash of a live req
 PER_REQUEST_SNAPSHOT = 400  # a live request's view in one snapshot
 PER_STEP = 4_000  # a step's records (panels, events) beside its snapshot
 PER_TOKEN = 120  # a token: its id in the scenario, in events, in the request and its hashes
+# A character of a request's labels (its id, LoRA name and path, cache salt, image ids) as the
+# pages draw it: the text, its escaped HTML, the message to the browser; per block it labels,
+# per step the request is live. And the longest label the web app takes at all: a page draws a
+# label beside every block it covers, so one 200,000-character image id alone would cost
+# hundreds of MiB however few the blocks.
+PER_LABEL_CHAR = 16
+MAX_LABEL_CHARS = 4096
 
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _labels(op: Any) -> list[tuple[str, str]]:
+    """(what, text) of the strings an op carries that the pages draw."""
+    out = [("request id", op.id or ""), ("note", op.note or ""), ("text", op.text or "")]
+    if op.lora is not None:
+        out += [("LoRA name", op.lora.name), ("LoRA path", op.lora.path)]
+    out += [("cache salt", op.cache_salt or "")] + [("image id", m.id) for m in op.mm]
+    return out
+
+
+def check_labels(scenario: Scenario, limit: int = MAX_LABEL_CHARS) -> None:
+    """BadInput naming the first label over ``limit`` characters."""
+    for op in scenario.ops:
+        for what, text in _labels(op):
+            if len(text) > limit and what not in ("note", "text"):
+                raise BadInput(
+                    f"{scenario.source}: {op.label}: its {what} has {len(text):,} characters, more than the "
+                    f"{limit:,} the web app draws: use a shorter {what}"
+                )
+
+
 def estimate_replay_bytes(scenario: Scenario) -> int:
-    """An upper estimate of the memory a recorded replay of ``scenario`` holds."""
+    """An upper estimate of the memory a recorded replay of ``scenario`` holds and its pages draw."""
     eng = scenario.engine
     bs = max(1, eng.block_size)
     if scenario.groups is not None:  # hashes at the hash block size, one block table per group
@@ -49,7 +76,11 @@ def estimate_replay_bytes(scenario: Scenario) -> int:
     live_blocks = 0  # sum over live requests of their blocks (= hashes at most)
     tokens = 0
     request_cost = 0
+    label_chars: dict[str, int] = {}  # request id -> the characters its pages draw per step
+    label_total = 0
+    text_chars = 0
     for op in scenario.ops:
+        text_chars += len(op.note or "") + len(op.text or "")
         if op.op == "arrive" and op.id is not None:
             # An engine-step arrival is held with all the tokens it will sample (`output`).
             n = len(op.prompt) + len(op.output or ())
@@ -57,6 +88,11 @@ def estimate_replay_bytes(scenario: Scenario) -> int:
             live_blocks -= _cdiv(live.get(op.id, 0), bs)
             live[op.id] = n
             live_blocks += _cdiv(n, bs)
+            # The extra keys (image ids, LoRA, salt) label each block; the id, the request.
+            keys = sum(len(t) for what, t in _labels(op) if what not in ("note", "text", "request id"))
+            label_total -= label_chars.get(op.id, 0)
+            label_chars[op.id] = keys * (_cdiv(n, bs) + 1) + len(op.id)
+            label_total += label_chars[op.id]
         elif op.op in ("sample", "generate") and op.id in live and isinstance(op.tokens, tuple):
             old = live[op.id]
             live[op.id] = old + len(op.tokens)
@@ -64,14 +100,18 @@ def estimate_replay_bytes(scenario: Scenario) -> int:
             live_blocks += _cdiv(live[op.id], bs) - _cdiv(old, bs)
         elif op.op in ("finish", "abort") and op.id in live:
             live_blocks -= _cdiv(live.pop(op.id), bs)
+            label_total -= label_chars.pop(op.id, 0)
         request_cost += live_blocks * per_block + len(live) * PER_REQUEST_SNAPSHOT
+        request_cost += label_total * PER_LABEL_CHAR
     steps = len(scenario.ops)
     pool = (steps + 1) * eng.num_blocks * PER_BLOCK_SNAPSHOT
-    return pool + request_cost + steps * PER_STEP + tokens * PER_TOKEN
+    return pool + request_cost + steps * PER_STEP + tokens * PER_TOKEN + text_chars * PER_LABEL_CHAR
 
 
 def check_budget(scenario: Scenario, budget: int = SESSION_BUDGET) -> int:
-    """The estimate, or BadInput when one replay alone would exceed the session's budget."""
+    """The estimate, or BadInput when one replay alone would exceed the session's budget (or a
+    label is longer than the web app draws)."""
+    check_labels(scenario)
     need = estimate_replay_bytes(scenario)
     if need > budget:
         raise BadInput(

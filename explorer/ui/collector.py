@@ -19,6 +19,6 @@ def freeze_imports() -> None:
     reference cycle among frozen objects would stay, and these live as long as the process."""
     if gc.get_freeze_count():
         return
-    import explorer.ui.explorer_stage  # noqa: F401  (the default page's imports, frozen with the rest)
+    import explorer.ui.stage  # noqa: F401  (the default page's imports, frozen with the rest)
 
     gc.freeze()

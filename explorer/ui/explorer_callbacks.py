@@ -1,4 +1,4 @@
-"""The explorer page's widget callbacks: each turns a click or an edit into a new view (step, block,
+"""The explorer page's widget callbacks: each turns a click or an edit into a new view (a lesson,
 engine settings, playground steps, an uploaded file); the page then replays and draws that view.
 
 A callback of a widget bound to the view (explorer.ui.bound) gets the key the widget was drawn
@@ -18,12 +18,9 @@ from explorer.ui import bound
 from explorer.ui.explorer_session import (
     ENGINE_WIDGETS,
     K_NOTICE,
-    K_PLAYING,
     K_REQUEST,
     UPLOADED,
-    W_BLOCK,
     W_LESSON,
-    W_PLAY,
     W_PRESENTER,
     W_REQUEST,
     add_error,
@@ -33,7 +30,6 @@ from explorer.ui.explorer_session import (
     set_view,
 )
 from explorer.ui.state import MAX_EDITS, MAX_GENERATE, MAX_UPLOAD_BYTES
-from explorer.ui.step_slider import moved_to
 from explorer.ui.text import check_text
 
 
@@ -74,59 +70,12 @@ def on_engine(name: str, key: str) -> None:
     set_view(view.with_(engine=engine))
 
 
-def on_step() -> None:
-    k = moved_to()
-    if k is not None:
-        set_view(current_view().with_(step=min(k, st.session_state.get("px_n_steps", 0))))
-
-
-def go(delta: int | None = None, to: int | None = None) -> None:
-    view = current_view()
-    n = st.session_state.get("px_n_steps", 0)
-    k = to if to is not None else view.step + (delta or 0)
-    set_view(view.with_(step=max(0, min(n, k))))
-
-
-def on_block(key: str) -> None:
-    fresh, value = _reported(W_BLOCK, key)
-    if fresh:
-        set_view(current_view().with_(block=None if value is None else int(value)))
-
-
-def on_block_click() -> None:
-    res = st.session_state.get("px_click")
-    value = getattr(res, "block", None) if res is not None else None
-    if isinstance(res, dict):
-        value = res.get("block")
-    if isinstance(value, int) and value >= 0:
-        set_view(current_view().with_(block=value))
-
-
-def on_strip_select() -> None:
-    """A click on the heat strip (a plotly selection) opens that block's history, once."""
-    ev = st.session_state.get("px_strip")
-    pts = getattr(getattr(ev, "selection", None), "points", None) or []
-    cd = pts[0].get("customdata") if pts and isinstance(pts[0], dict) else None
-    if isinstance(cd, int) and cd >= 0:
-        set_view(current_view().with_(block=cd))
-
-
-def close_history() -> None:
-    set_view(current_view().with_(block=None))
-
-
 def on_presenter(key: str | None = None, value: bool | None = None) -> None:
     if key is not None:
         fresh, value = _reported(W_PRESENTER, key)
         if not fresh:
             return
     set_view(current_view().with_(presenter=bool(value)))
-
-
-def on_play(key: str) -> None:
-    fresh, value = _reported(W_PLAY, key)
-    if fresh:
-        st.session_state[K_PLAYING] = bool(value)
 
 
 def on_request(key: str) -> None:
@@ -142,7 +91,7 @@ def new_seed() -> None:
     set_view(view.with_(drawn_seed=EngineConfig(hash_algo="xxhash").resolve_seed()))
 
 
-def _add_edit(step: dict[str, Any]) -> bool:
+def add_edit(step: dict[str, Any]) -> bool:
     """Append a playground step if the scenario still replays with it; else say why."""
     view = current_view()
     if len(view.edits) >= MAX_EDITS:
@@ -191,7 +140,7 @@ def on_arrive() -> None:
         return
     if ss.get("px_p_logprobs"):
         step["prompt_logprobs"] = True
-    if _add_edit(step):
+    if add_edit(step):
         ss[K_NOTICE] = f"{rid} arrived."
         ss["px_p_id"] = ""
         ss[K_REQUEST] = rid  # the actions below now act on the new request
@@ -216,14 +165,14 @@ def act(op: str) -> None:
                 return
             base = 90_000 + 1_000 * len(current_view().edits)
             step["tokens"] = f"{base}:{base + n}"
-    if _add_edit(step):
+    if add_edit(step):
         ss[K_NOTICE] = f"{op} {rid or ''} added as step {current_view().step}."
 
 
-def start_empty_pool() -> None:
-    """The playground on an empty pool: the blank pool scenario, no edits, with the current
-    scenario's block size, pool size and hash settings."""
-    from explorer.ui.blank_pool import BLANK_POOL, empty_pool_engine
+def start_empty(lesson: str, notice: str, keep: tuple[str, ...] = ()) -> None:
+    """Open ``lesson`` (an empty scenario) with no edits, keeping the current scenario's block
+    size, pool size and hash settings and the changed engine settings named in ``keep``."""
+    from explorer.ui.blank_pool import empty_pool_engine
 
     view = current_view()
     try:
@@ -231,15 +180,29 @@ def start_empty_pool() -> None:
     except BadInput as e:
         add_error(str(e))
         return
-    set_view(view.with_(lesson=BLANK_POOL, upload=None, engine=engine, edits=(), step=0, block=None))
-    st.session_state[K_NOTICE] = "An empty pool: arrive a request in the playground."
+    engine.update({k: v for k, v in view.engine.items() if k in keep})
+    set_view(view.with_(lesson=lesson, upload=None, engine=engine, edits=(), step=0, block=None))
+    st.session_state[K_NOTICE] = notice
+
+
+def start_empty_pool() -> None:
+    """The playground on an empty pool (the blank pool scenario)."""
+    from explorer.ui.blank_pool import BLANK_POOL
+
+    start_empty(BLANK_POOL, "An empty pool: arrive a request in the playground.")
 
 
 def undo() -> None:
     view = current_view()
-    if view.edits:
-        set_view(view.with_(edits=view.edits[:-1]))
-        go(to=10**9)
+    if not view.edits:
+        return
+    candidate = view.with_(edits=view.edits[:-1])
+    try:
+        _, rep = build_view(candidate)
+    except BadInput as e:
+        add_error(str(e))
+        return
+    set_view(candidate.with_(step=len(rep.trace.steps)))
 
 
 def clear_edits() -> None:

@@ -16,10 +16,10 @@ import secrets
 import streamlit as st
 
 from explorer.errors import BadInput
-from explorer.scenario.parse import with_engine
 from explorer.scenario.spec import Scenario
 from explorer.ui.budget import PER_TOKEN, ReplayCache, check_budget, release_cache
 from explorer.ui.state import (
+    UI_LIMITS,
     Replayed,
     ViewState,
     base_bytes,
@@ -30,19 +30,15 @@ from explorer.ui.state import (
     replay_key,
     replay_until_error,
 )
+from explorer.ui.step_settings import apply_engine
 
 # Session-state keys: the view, the cache's token, messages, whether autoplay runs.
-K_VIEW, K_TOKEN, K_ERRORS, K_NOTICE, K_PLAYING = "px_view", "px_cache_token", "px_errors", "px_notice", "px_playing"
+K_VIEW, K_TOKEN, K_ERRORS, K_NOTICE = "px_view", "px_cache_token", "px_errors", "px_notice"
+K_NAV = "px_nav"  # how often the server moved the view's step or block (explorer.ui.stage)
 K_REQUEST = "px_request"  # the live request the playground acts on
 K_OPENED, OPEN_PARAM = "px_opened_links", "open"  # the one-time tokens of links already opened (init_session)
 # Names of the widgets bound to the view (explorer.ui.bound gives each its current key).
-W_LESSON, W_PLAY, W_SPEED, W_BLOCK, W_PRESENTER = (
-    "px_w_lesson",
-    "px_w_play",
-    "px_w_speed",
-    "px_w_block",
-    "px_w_presenter",
-)
+W_LESSON, W_PRESENTER = "px_w_lesson", "px_w_presenter"
 W_BS, W_NB, W_ALGO, W_SEED, W_PC = "px_w_bs", "px_w_nb", "px_w_algo", "px_w_seed", "px_w_pc"
 W_REQUEST = "px_a_req"
 ENGINE_WIDGETS = {
@@ -63,7 +59,16 @@ def current_view() -> ViewState:
 
 
 def set_view(view: ViewState) -> None:
-    st.session_state[K_VIEW] = view
+    ss = st.session_state
+    old = ss.get(K_VIEW)
+    if old is None or (old.step, old.block, old.lesson, old.upload) != (
+        view.step,
+        view.block,
+        view.lesson,
+        view.upload,
+    ):
+        ss[K_NAV] = ss.get(K_NAV, 0) + 1  # the stage shows this step, not the one the browser is on
+    ss[K_VIEW] = view
 
 
 def add_error(msg: str) -> None:
@@ -148,7 +153,7 @@ def ensure_seed(view: ViewState) -> ViewState:
         return view
     try:
         base = base_scenario(view)
-        probe = with_engine(base, **view.engine) if view.engine else base
+        probe = apply_engine(base, view.engine, UI_LIMITS) if view.engine else base
     except BadInput:
         return view
     if needs_drawn_seed(probe):

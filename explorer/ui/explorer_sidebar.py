@@ -4,11 +4,13 @@ presenter mode."""
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import streamlit as st
 
-from explorer.scenario.spec import Scenario
+from explorer.scenario.spec import EngineConfig, Scenario
 from explorer.scenario.trace import Trace
 from explorer.ui import bound
 from explorer.ui.blank_pool import BLANK_POOL, BLANK_POOL_TITLE, continues_from
@@ -51,13 +53,15 @@ from explorer.ui.state import (
     session_json,
     session_toml,
 )
+from explorer.ui.step_playground import settings_widgets, start_empty_engine, step_playground
+from explorer.ui.step_settings import BLANK_ENGINE, BLANK_ENGINE_TITLE
 from explorer.ui.text import caption, clean
 
 
 def sidebar(view: ViewState, base: Scenario | None, sc: Scenario | None, trace: Trace | None) -> None:
     sb = st.sidebar
     lessons = list_lessons()
-    options = ([UPLOADED] if view.upload is not None else []) + lessons + [BLANK_POOL]
+    options = ([UPLOADED] if view.upload is not None else []) + lessons + [BLANK_POOL, BLANK_ENGINE]
     shown = UPLOADED if view.upload is not None else view.lesson
     if options:
         k = bound.key(W_LESSON, shown if shown in options else options[0])
@@ -76,6 +80,8 @@ def sidebar(view: ViewState, base: Scenario | None, sc: Scenario | None, trace: 
     with sb.expander("Engine settings", expanded=False, key="px_x_engine"):
         if eng is not None:
             _engine_widgets(view, eng)
+            if base is not None and base.sched is not None:
+                settings_widgets(view, base)
             if trace is not None:
                 if trace.hash_seed is None:
                     st.caption("Prefix caching is off: no hasher, no seed.")
@@ -94,13 +100,22 @@ def sidebar(view: ViewState, base: Scenario | None, sc: Scenario | None, trace: 
             if view.engine:
                 caption("Changed: " + ", ".join(f"{k} = {v!r}" for k, v in view.engine.items()))
 
-    with sb.expander("Playground", expanded=bool(view.edits) or view.lesson == BLANK_POOL, key="px_x_playground"):
+    blank = view.lesson in (BLANK_POOL, BLANK_ENGINE)
+    with sb.expander("Playground", expanded=bool(view.edits) or blank, key="px_x_playground"):
         if sc is not None and trace is not None and sc.sched is None:
             caption(continues_from(trace, sc.title, len(base.ops) if base is not None else len(trace.steps)))
         if view.lesson != BLANK_POOL or view.edits:
             st.button("Start from an empty pool", on_click=start_empty_pool, key="px_b_empty_pool", width="stretch")
+        if view.lesson != BLANK_ENGINE or view.edits:
+            st.button(
+                "Start from an empty engine (engine steps)",
+                on_click=start_empty_engine,
+                key="px_b_empty_engine",
+                width="stretch",
+            )
         if sc is not None and sc.sched is not None:
-            st.caption("The playground acts at manager level; an engine-step scenario is changed in its file.")
+            step_playground(view, sc)
+            _undo_buttons(view)
         else:
             _playground(view, sc, trace)
 
@@ -151,13 +166,15 @@ def _option_title(option: str, view: ViewState) -> str:
         return clean(f"Uploaded: {view.upload[0]}", 200)
     if option == BLANK_POOL:
         return f"{BLANK_POOL_TITLE} (an empty pool for your own requests)"
+    if option == BLANK_ENGINE:
+        return f"{BLANK_ENGINE_TITLE} (an empty engine: scheduler steps)"
     return lesson_title(option)
 
 
-def _engine_widgets(view: ViewState, eng) -> None:
+def _engine_widgets(view: ViewState, eng: EngineConfig) -> None:
     from explorer.core.hashing import HASH_ALGOS
 
-    def shown(wkey: str):
+    def shown(wkey: str) -> Any:
         ekey = ENGINE_WIDGETS[wkey]
         return view.engine.get(ekey, getattr(eng, ekey))
 
@@ -187,7 +204,7 @@ def _engine_widgets(view: ViewState, eng) -> None:
     st.toggle("Prefix caching", value=bool(shown(W_PC)), **key(W_PC))
 
 
-def _download_data(view: ViewState, sc: Scenario, trace: Trace):
+def _download_data(view: ViewState, sc: Scenario, trace: Trace) -> tuple[Callable[[], str], Callable[[], str]]:
     """The downloads' data, made when asked for. They hold the replay weakly: Streamlit keeps a
     closed tab's session (and these functions) for a while in case it reconnects, and they must
     not keep its replay alive past the session's cache; a replay gone by then is made again."""
@@ -281,6 +298,10 @@ def _playground(view: ViewState, sc: Scenario | None, trace: Trace | None) -> No
         help="Preempt every running request first, last started first, as vLLM's scheduler does on a reset.",
     )
     st.button("Reset the prefix cache", on_click=act, args=("reset",), key="px_b_reset", width="stretch")
+    _undo_buttons(view)
+
+
+def _undo_buttons(view: ViewState) -> None:
     if view.edits:
         st.caption(f"{len(view.edits)} playground step(s), appended after the scenario's own.")
         c1, c2 = st.columns(2)

@@ -3,11 +3,15 @@
 
 Not a multiprocessing spawn: spawn re-runs the parent's ``__main__``, which under Streamlit is
 the app script itself. A thread per job reads the worker's lines into a queue (the page polls
-it), and terminates a worker whose browser session has gone away.
+it); a second one watches the browser session and terminates (then kills) the worker once the
+session has been gone ABANDON_S, whether or not the worker still prints (a hung one does not).
+When the server ends, every live worker is terminated at exit, and a worker whose server died
+without exiting (SIGKILL) ends itself (`explorer.traffic.worker` watches its parent).
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import queue as queue_mod
@@ -22,6 +26,11 @@ from typing import Any
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
 ABANDON_S = 30.0  # a job whose browser session has been gone this long is terminated
+WATCH_S = 1.0  # how often the watchdog looks at the session
+KILL_AFTER_S = 3.0  # a worker that ignores SIGTERM (or is stopped) this long is killed
+
+_live: set[subprocess.Popen] = set()  # the workers not yet ended, for the exit handler
+_live_lock = threading.Lock()
 
 
 def _session_active(session_id: str | None) -> bool:
@@ -35,10 +44,52 @@ def _session_active(session_id: str | None) -> bool:
         return True
 
 
-def _pump(proc: subprocess.Popen, payload: bytes, q: queue_mod.Queue, session_id: str | None) -> None:
-    """The job's reader thread: send the job, then queue every line the worker prints.
-    Terminates the worker when its browser session has been gone for ABANDON_S."""
+def _end(proc: subprocess.Popen) -> None:
+    """Terminate the worker; kill it if it is still there KILL_AFTER_S later; reap it."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=KILL_AFTER_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    with _live_lock:
+        _live.discard(proc)
+
+
+def _end_all() -> None:
+    """At the server's exit (Ctrl-C, SIGTERM): no worker outlives it."""
+    with _live_lock:
+        procs = list(_live)
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        _end(proc)
+
+
+atexit.register(_end_all)
+
+
+def _watch(proc: subprocess.Popen, session_id: str | None) -> None:
+    """The job's watchdog thread: ends the worker once its browser session has been gone
+    ABANDON_S (its output, or lack of it, does not matter)."""
     gone_since: float | None = None
+    while proc.poll() is None:
+        time.sleep(WATCH_S)
+        if _session_active(session_id):
+            gone_since = None
+        elif gone_since is None:
+            gone_since = time.monotonic()
+        elif time.monotonic() - gone_since > ABANDON_S:
+            _end(proc)
+            return
+    with _live_lock:
+        _live.discard(proc)
+
+
+def _pump(proc: subprocess.Popen, payload: bytes, q: queue_mod.Queue) -> None:
+    """The job's reader thread: send the job, then queue every line the worker prints."""
     try:
         assert proc.stdin is not None and proc.stdout is not None
         try:
@@ -53,12 +104,6 @@ def _pump(proc: subprocess.Popen, payload: bytes, q: queue_mod.Queue, session_id
                 continue
             if isinstance(msg, dict):
                 q.put(msg)
-            if _session_active(session_id):
-                gone_since = None
-            elif gone_since is None:
-                gone_since = time.monotonic()
-            elif time.monotonic() - gone_since > ABANDON_S and proc.poll() is None:
-                proc.terminate()
         proc.stdout.close()
     finally:
         q.put(None)  # end of the worker's output
@@ -79,13 +124,16 @@ def start_worker(job: dict[str, Any]) -> dict[str, Any]:
         env=env,
         cwd=root,
     )
+    with _live_lock:
+        _live.add(proc)
     q: queue_mod.Queue = queue_mod.Queue()
     ctx = get_script_run_ctx()
     session_id = ctx.session_id if ctx is not None else None
     thread = threading.Thread(
-        target=_pump, args=(proc, json.dumps(job).encode(), q, session_id), daemon=True, name="trace-replay-reader"
+        target=_pump, args=(proc, json.dumps(job).encode(), q), daemon=True, name="trace-replay-reader"
     )
     thread.start()
+    threading.Thread(target=_watch, args=(proc, session_id), daemon=True, name="trace-replay-watchdog").start()
     return {"proc": proc, "queue": q, "thread": thread, "stderr": err}
 
 
@@ -93,13 +141,14 @@ def stop_worker(job: dict[str, Any], terminate: bool) -> str:
     """Wait for the job's worker to end (terminating it first when asked); the tail of its
     stderr."""
     proc: subprocess.Popen = job["proc"]
-    if terminate and proc.poll() is None:
-        proc.terminate()
+    if terminate:
+        _end(proc)
     try:
-        proc.wait(timeout=3)
+        proc.wait(timeout=KILL_AFTER_S)
     except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=3)
+        _end(proc)
+    with _live_lock:
+        _live.discard(proc)
     job["thread"].join(timeout=3)
     err = job["stderr"]
     try:

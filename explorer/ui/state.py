@@ -12,25 +12,33 @@ edits are JSON (never pickle or eval) and go through the scenario parser like an
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import json
-import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from explorer.core.hashing import HASH_ALGOS, NON_CRYPTO_HASH_ALGOS
+from explorer.core.release import RELEASES
 from explorer.errors import BadInput
 from explorer.numbers import is_int
-from explorer.scenario.parse import parse_scenario_bytes, with_engine, with_steps
+from explorer.scenario.parse import parse_scenario_bytes, with_steps
 from explorer.scenario.spec import Limits, Scenario, replace_engine_seed
 from explorer.scenario.trace import Trace
 from explorer.scenario.write import scenario_to_toml
 from explorer.ui.blank_pool import BLANK_POOL, BLANK_POOL_SOURCE, BLANK_POOL_TOML
-from explorer.viz.text import check_text
+from explorer.ui.step_settings import (
+    BLANK_ENGINE,
+    BLANK_ENGINE_SOURCE,
+    BLANK_ENGINE_TOML,
+    STEP_KEYS,
+    apply_engine,
+    check_step_setting,
+    step_from_query,
+    step_query,
+)
+from explorer.ui.url_blob import URL_BLOB_CAP, decode_blob, encode_blob
 
 LESSONS_DIR = Path(__file__).resolve().parents[2] / "lessons"
 DEFAULT_LESSON = "00_two_chat_turns"
@@ -42,37 +50,9 @@ MAX_REQUESTS = 256  # arrive ops in one session's scenario
 MAX_EDITS = 200  # playground steps
 MAX_BLOCK_SIZE = 1024
 MAX_SNAPSHOT_CELLS = 1_500_000  # (steps + 1) x blocks: the memory one replay may hold
-URL_BLOB_CAP = 6_000  # characters of one compressed URL value
-URL_BLOB_MAX_BYTES = 512 * 1024  # decompressed size refused beyond this
 MAX_GENERATE = 4_096
 
-ENGINE_KEYS = ("block_size", "num_blocks", "hash_algo", "hash_seed", "enable_prefix_caching")
-
-
-# ---- compressed JSON blobs (URL values) -------------------------------------------------------
-
-
-def encode_blob(obj: Any) -> str:
-    """JSON -> zlib -> URL-safe base64 without padding."""
-    raw = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    return base64.urlsafe_b64encode(zlib.compress(raw, 9)).decode("ascii").rstrip("=")
-
-
-def decode_blob(text: str, what: str, max_chars: int = URL_BLOB_CAP * 2) -> Any:
-    """The inverse of `encode_blob`, refusing anything oversized or malformed (BadInput)."""
-    if not isinstance(text, str) or len(text) > max_chars:
-        raise BadInput(f"the link's {what} is too long ({len(text):,} characters, at most {max_chars:,})")
-    try:
-        packed = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-        d = zlib.decompressobj()
-        raw = d.decompress(packed, URL_BLOB_MAX_BYTES)
-        if d.unconsumed_tail:
-            raise BadInput(f"the link's {what} unpacks to more than {URL_BLOB_MAX_BYTES:,} bytes")
-        return check_text(json.loads(raw.decode("utf-8")), f"the link's {what}")
-    except BadInput:
-        raise
-    except (binascii.Error, zlib.error, UnicodeDecodeError, ValueError, RecursionError):
-        raise BadInput(f"the link's {what} is not valid (it was cut short or changed)") from None
+ENGINE_KEYS = ("block_size", "num_blocks", "hash_algo", "hash_seed", "enable_prefix_caching", "vllm")
 
 
 # ---- the view ---------------------------------------------------------------------------------
@@ -105,7 +85,7 @@ def check_lesson_name(name: str, directory: Path = LESSONS_DIR) -> str:
     """A lesson name from a URL or a picker: a plain stem that exists (no paths)."""
     if not isinstance(name, str) or not name or len(name) > 120 or "/" in name or "\\" in name or name.startswith("."):
         raise BadInput(f"no lesson named {name!r}")
-    if name != BLANK_POOL and not (directory / f"{name}.toml").is_file():
+    if name not in (BLANK_POOL, BLANK_ENGINE) and not (directory / f"{name}.toml").is_file():
         raise BadInput(f"no lesson named {name!r} (lessons: {', '.join(list_lessons(directory)) or 'none'})")
     return name
 
@@ -114,6 +94,9 @@ def check_engine(engine: Mapping[str, Any]) -> dict[str, Any]:
     """Validate the engine settings a user or a link changed; BadInput names the bad one."""
     out: dict[str, Any] = {}
     for key, value in engine.items():
+        if key in STEP_KEYS:  # the engine-step playground's (explorer.ui.step_settings)
+            out[key] = check_step_setting(key, value)
+            continue
         if key not in ENGINE_KEYS:
             raise BadInput(f"unknown engine setting {key!r}")
         if key == "block_size":
@@ -130,6 +113,8 @@ def check_engine(engine: Mapping[str, Any]) -> dict[str, Any]:
                 raise BadInput("hash seed must be a string of at most 256 characters")
         elif key == "enable_prefix_caching" and not isinstance(value, bool):
             raise BadInput("prefix caching must be on or off")
+        elif key == "vllm" and value not in RELEASES:
+            raise BadInput(f"the vLLM release must be one of {', '.join(RELEASES)}, got {str(value)[:20]!r}")
         out[key] = value
     return out
 
@@ -156,6 +141,7 @@ _ENGINE_PARAMS = {
     "algo": "hash_algo",
     "seed": "hash_seed",
     "pc": "enable_prefix_caching",
+    "vllm": "vllm",
 }
 
 
@@ -175,6 +161,7 @@ def to_query(view: ViewState) -> tuple[dict[str, str], list[str]]:
         if key in view.engine:
             v = view.engine[key]
             q[short] = ("1" if v else "0") if isinstance(v, bool) else str(v)
+    q.update(step_query(view.engine))
     if view.drawn_seed:
         q["dseed"] = view.drawn_seed
     if view.edits:
@@ -209,13 +196,13 @@ def from_query(q: Mapping[str, str], base: ViewState | None = None) -> tuple[Vie
     view = base or ViewState()
     errors: list[str] = []
 
-    def attempt(fn):
+    def attempt(fn: Callable[[], None]) -> None:
         try:
             fn()
         except BadInput as e:
             errors.append(str(e)[0].upper() + str(e)[1:])
 
-    def scenario():
+    def scenario() -> None:
         nonlocal view
         if "up" in q:
             d = decode_blob(q["up"], "uploaded scenario")
@@ -228,7 +215,7 @@ def from_query(q: Mapping[str, str], base: ViewState | None = None) -> tuple[Vie
         elif "lesson" in q:
             view = view.with_(lesson=check_lesson_name(q["lesson"]), upload=None)
 
-    def engine():
+    def engine() -> None:
         nonlocal view
         eng: dict[str, Any] = {}
         for short, key in _ENGINE_PARAMS.items():
@@ -245,12 +232,19 @@ def from_query(q: Mapping[str, str], base: ViewState | None = None) -> tuple[Vie
                 eng[key] = v
         view = view.with_(engine=check_engine(eng))
 
-    def edits():
+    def step_settings() -> None:
+        nonlocal view
+        settings, bad = step_from_query(q)  # one message per bad parameter
+        errors.extend(bad)
+        if settings:
+            view = view.with_(engine={**view.engine, **settings})
+
+    def edits() -> None:
         nonlocal view
         if "ed" in q:
             view = view.with_(edits=check_edits(decode_blob(q["ed"], "playground edits")))
 
-    def rest():
+    def rest() -> None:
         nonlocal view
         if "dseed" in q:
             s = q["dseed"]
@@ -264,7 +258,7 @@ def from_query(q: Mapping[str, str], base: ViewState | None = None) -> tuple[Vie
         block = _int_param(q, "block", "block")
         view = view.with_(block=block)
 
-    for fn in (scenario, engine, edits, rest):
+    for fn in (scenario, engine, step_settings, edits, rest):
         attempt(fn)
     return view, errors
 
@@ -282,6 +276,8 @@ def base_bytes(view: ViewState) -> tuple[str, bytes]:
     name = check_lesson_name(view.lesson or DEFAULT_LESSON)
     if name == BLANK_POOL:
         return BLANK_POOL_SOURCE, BLANK_POOL_TOML
+    if name == BLANK_ENGINE:
+        return BLANK_ENGINE_SOURCE, BLANK_ENGINE_TOML
     path = LESSONS_DIR / f"{name}.toml"
     try:
         return f"lessons/{name}.toml", path.read_bytes()
@@ -320,8 +316,7 @@ def effective_scenario(
     """Base scenario + changed settings + playground edits (+ the session's drawn seed)."""
     sc = base
     if engine:
-        changes = dict(check_engine(engine))
-        sc = with_engine(sc, **changes)
+        sc = apply_engine(sc, check_engine(engine), UI_LIMITS)
     if edits:
         if len(edits) > MAX_EDITS:
             raise BadInput(f"more than {MAX_EDITS} playground steps: clear some first")
@@ -373,7 +368,9 @@ def session_json(trace: Trace) -> str:
     return json.dumps(trace.to_json(), indent=1)
 
 
-def replay_key(source: str, raw: bytes, engine: Mapping[str, Any], edits, drawn_seed: str | None) -> str:
+def replay_key(
+    source: str, raw: bytes, engine: Mapping[str, Any], edits: Sequence[Mapping[str, Any]], drawn_seed: str | None
+) -> str:
     h = hashlib.sha256()
     for part in (
         source.encode(),

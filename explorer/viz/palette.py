@@ -55,3 +55,23 @@ def block_letter(block_id: int, ref_cnt: int) -> str:
 def short_hash(h: bytes | None, n: int = 4) -> str:
     """The first ``n`` hex digits of a digest (what the pool grid prints), or "" for none."""
     return "" if h is None else h.hex()[:n]
+
+
+# Why a block missed (design section 14): reason -> (background, text colour, letter). The
+# letter reads without colour; "hit" is the blocks the lookup found.
+REASON_STYLES: dict[str, tuple[str, str, str]] = {
+    "hit": (OKABE_ITO["bluish_green"], "#000000", "H"),
+    "partial_block": ("#DDDDDD", "#000000", "P"),
+    "last_token": ("#BBBBBB", "#000000", "L"),
+    "skipped": ("#888888", "#FFFFFF", "S"),
+    "behind_miss": (OKABE_ITO["yellow"], "#000000", "B"),
+    "window": (OKABE_ITO["reddish_purple"], "#000000", "W"),
+    "eagle_drop": ("#F5C6E4", "#000000", "D"),
+    "not_yet_cached": (OKABE_ITO["sky_blue"], "#000000", "Y"),
+    "evicted": (OKABE_ITO["vermillion"], "#FFFFFF", "E"),
+    "reset": (OKABE_ITO["orange"], "#000000", "R"),
+    "failed_load": ("#8B3A00", "#FFFFFF", "F"),
+    "other_keys": (OKABE_ITO["blue"], "#FFFFFF", "K"),
+    "never_cached": (OKABE_ITO["black"], "#FFFFFF", "N"),
+    "other_instance": ("#6A3D9A", "#FFFFFF", "I"),
+}

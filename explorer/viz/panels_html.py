@@ -6,11 +6,11 @@ Every function returns an HTML string built from a trace step (styled by assets/
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from explorer.core.events import BlockStored
 from explorer.core.hashing import external_block_hash
-from explorer.scenario.trace import Snapshot, Step
+from explorer.scenario.trace import HashedBlock, Snapshot, Step
 from explorer.viz.chips import elide, hash_text, snap_chip
 from explorer.viz.text import esc
 
@@ -85,7 +85,7 @@ def hashing_html(
     return '<div class="px-chain">' + arrow.join([start, *cards]) + (arrow + tail if tail else "") + "</div>"
 
 
-def digest_table_html(hashed, int_hashes: bool = True, cap: int = 256) -> str:
+def digest_table_html(hashed: Sequence[HashedBlock], int_hashes: bool = True, cap: int = 256) -> str:
     """Every block hash of the step in full, with its event form and tagged extra keys."""
     rows = []
     for hb in hashed[:cap]:

@@ -198,6 +198,8 @@ def subscriber_view(run: PolicyRun) -> go.Figure:
 # (row label, summary key, format): the router page's table, one row per figure
 SUMMARY_ROWS = (
     ("hit rate", "hit_rate", "{:.1%}"),
+    ("available hit rate (every cache pooled)", "available_hit_rate", "{:.1%}"),
+    ("missed, held by another instance (tokens)", "other_instance_tokens", "{:,}"),
     ("hit tokens (prefill saved)", "hit_tokens", "{:,}"),
     ("prompt tokens", "prompt_tokens", "{:,}"),
     ("prefill saved, ms", "saved_ms", "{:,.0f}"),

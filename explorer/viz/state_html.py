@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from explorer.core.events import BlockRemoved, BlockStored, KVCacheEvent
 from explorer.core.hashing import external_block_hash
 from explorer.scenario.trace import Snapshot, Step, Trace
 from explorer.viz.chips import FULL_GRID_MAX, elide, hash_text, snap_chip
@@ -137,13 +138,13 @@ def _hashes_short(hs: Sequence[object], n: int = 3) -> str:
     return ", ".join(parts) + (f", &hellip; ({len(hs)} in all)" if len(hs) > n else "")
 
 
-def _event_hashes(hs) -> str:
+def _event_hashes(hs: Iterable[int | bytes] | None) -> str:
     return _hashes_short(list(hs) if hs is not None else [])
 
 
-def event_row(step_no: int, ev_no: int, event, current: bool) -> str:
+def event_row(step_no: int, ev_no: int, event: KVCacheEvent, current: bool) -> str:
     kind = type(event).__name__
-    if kind == "BlockStored":
+    if isinstance(event, BlockStored):
         toks = event.token_ids or ()
         parent = event.parent_block_hash
         detail = (
@@ -156,7 +157,7 @@ def event_row(step_no: int, ev_no: int, event, current: bool) -> str:
                 else ""
             )
         )
-    elif kind == "BlockRemoved":
+    elif isinstance(event, BlockRemoved):
         detail = f"hashes {_event_hashes(event.block_hashes)}; medium {event.medium}"
     else:
         detail = "every cached block dropped"
@@ -219,7 +220,8 @@ def stat_cells(snap: Snapshot, prev: Snapshot) -> list[tuple[str, str, str, int]
         ("queries", "Queries (tokens)", f"{s['queries']:,}", s["queries"] - p["queries"]),
         ("hits", "Hits (tokens)", f"{s['hits']:,}", s["hits"] - p["hits"]),
         ("rate", "Hit rate (total)", f"{rate:.1%}", 0),
-        ("window", f"Window ({window})", f"{snap.window_hit_rate:.1%}", 0),
+        # An empty window has no rate (the log line shows none), not 0%.
+        ("window", f"Window ({window})", f"{snap.window_hit_rate:.1%}" if snap.window_requests else "none", 0),
     ]
 
 

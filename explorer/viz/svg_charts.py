@@ -29,7 +29,7 @@ class Series:
 
 def _frame(
     n: int, width: int, height: int, y_max: float, y_ticks: Sequence[float], y_text: Callable[[float], str], k: int
-):
+) -> tuple[str, str, Callable[[float], float], Callable[[float], float]]:
     """The axes, gridlines, tick labels and the marker of step k; (svg, x, y) with x(step) and y(value)."""
     w, h = width - LEFT - RIGHT, height - TOP - BOTTOM
 

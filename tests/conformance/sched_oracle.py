@@ -23,9 +23,19 @@ from tests.conformance.engine_step_scenarios import load_toml
 from tests.conformance.oracle import HERE, REPO_ROOT, VllmOracle, compare
 
 SCHED_DRIVER = HERE / "vllm_sched_driver.py"
+ASYNC_DRAFTS_DRIVER = HERE / "vllm_sched_async_drafts_driver.py"
 GOLDEN_DIR = REPO_ROOT / "tests" / "scenario" / "golden" / "engine_steps"
 
-__all__ = ["GOLDEN_DIR", "VllmSchedOracle", "compare", "expected_path", "golden_paths", "read_expected"]
+__all__ = [
+    "GOLDEN_DIR",
+    "VllmSchedAsyncDraftsOracle",
+    "VllmSchedOracle",
+    "compare",
+    "expected_path",
+    "golden_paths",
+    "oracle_kind",
+    "read_expected",
+]
 
 
 class VllmSchedOracle(VllmOracle):
@@ -38,6 +48,25 @@ class VllmSchedOracle(VllmOracle):
 
     def replay_toml(self, path: str | Path) -> dict:
         return self.replay(load_toml(path))
+
+
+class VllmSchedAsyncDraftsOracle(VllmSchedOracle):
+    """vllm_sched_async_drafts_driver.py: speculative decoding under the async scheduler (the
+    played model runner as vLLM's worker keeps the drafts); no other scenario."""
+
+    driver = ASYNC_DRAFTS_DRIVER
+
+
+def oracle_kind(scenario) -> type[VllmSchedOracle]:
+    """The driver an engine-step scenario (parsed, or normalized) is asked of: drafts under the
+    async scheduler go to the async-drafts driver, everything else to vllm_sched_driver.py."""
+    if isinstance(scenario, dict):  # a normalized scenario (engine_step_scenarios.normalize)
+        eng = scenario["engine"]
+        drafts_under_async = eng.get("scheduler") == "async" and bool(eng.get("speculative"))
+    else:
+        sched, spec = getattr(scenario, "sched", None), getattr(scenario, "speculative", None)
+        drafts_under_async = sched is not None and sched.scheduler == "async" and spec is not None
+    return VllmSchedAsyncDraftsOracle if drafts_under_async else VllmSchedOracle
 
 
 def golden_paths() -> list[Path]:
@@ -62,11 +91,19 @@ def format_answer(result: dict) -> str:
 
 def record(paths: list[Path] | None = None) -> list[Path]:
     """Replay every golden through vLLM and write its NAME.vllm.json."""
+    from explorer.scenario.parse import load_scenario
+
     written = []
-    with VllmSchedOracle() as oracle:
+    oracles: dict[type[VllmSchedOracle], VllmSchedOracle] = {}
+    try:
         for path in paths or golden_paths():
+            kind = oracle_kind(load_scenario(path))
+            oracle = oracles.setdefault(kind, kind())
             expected_path(path).write_text(format_answer(oracle.replay_toml(path)), encoding="utf-8")
             written.append(expected_path(path))
+    finally:
+        for oracle in oracles.values():
+            oracle.close()
     return written
 
 

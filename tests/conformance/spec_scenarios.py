@@ -1,7 +1,8 @@
 """Random speculative-decoding scenarios (design section 9), TOML-shaped, valid by construction.
 
 - ``random_spec_engine_steps(seed)``: the engine-step generator's scenario for ``seed``
-  (engine_step_scenarios.random_raw_scenario) under the sync scheduler with drafts: a drawn
+  (engine_step_scenarios.random_raw_scenario) under the sync scheduler (``scheduler="async"``:
+  the async one, the same draws otherwise) with drafts: a drawn
   method and ``num_speculative_tokens``, an ``accepted`` list per request, a pool one lookahead
   larger, a ``long_prefill_token_threshold`` vLLM does not assert on, and repeats of earlier
   prompts that leave one token to compute (padded admissions). ``hybrid=True``: the engine-step
@@ -27,23 +28,32 @@ from explorer.core.request import RequestStatus
 from explorer.scenario.engine import ScenarioEngine
 from explorer.scenario.parse import StepParser, parse_scenario_dict
 from explorer.scenario.randgen_profiles import draw_groups
-from tests.conformance.engine_step_scenarios import random_connector_raw_scenario, random_raw_scenario
+from tests.conformance.engine_step_scenarios import (
+    random_connector_raw_scenario,
+    random_offloading_raw_scenario,
+    random_raw_scenario,
+)
 
 # The methods vLLM 0.31.0 builds for a Llama target on the CPU (the rest are bad input).
 METHODS = ("eagle", "eagle3", "draft_model", "ngram")
+# ... and those it builds under the async scheduler (ngram's drafter is refused there).
+ASYNC_METHODS = ("eagle", "eagle3", "draft_model")
 
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def random_spec_engine_steps(seed: int, hybrid: bool = False) -> dict[str, Any]:
+def random_spec_engine_steps(seed: int, hybrid: bool = False, scheduler: str = "sync") -> dict[str, Any]:
     raw = copy.deepcopy(random_raw_scenario(seed, hybrid))
     rng = random.Random(f"spec-engine-steps:{seed}" + (":hybrid" if hybrid else ""))
     eng = raw["engine"]
     k = rng.randint(1, 4)
-    eng["scheduler"] = "sync"
-    eng["speculative"] = {"method": rng.choice(METHODS), "num_speculative_tokens": k}
+    eng["scheduler"] = scheduler
+    method = rng.choice(METHODS)
+    if scheduler == "async" and method not in ASYNC_METHODS:
+        method = rng.choice(ASYNC_METHODS)  # vLLM refuses ngram under async scheduling
+    eng["speculative"] = {"method": method, "num_speculative_tokens": k}
     groups = eng.get("kv_cache_groups", [{}])
     eng["num_blocks"] += sum(_cdiv(k + 1, g.get("block_size", eng["block_size"])) + 1 for g in groups)
     if 0 < eng["long_prefill_token_threshold"] <= k:
@@ -62,7 +72,7 @@ def random_spec_engine_steps(seed: int, hybrid: bool = False) -> dict[str, Any]:
         if step["op"] == "arrive":
             n = rng.randint(0, len(step["output"]))
             step["accepted"] = [rng.choice((0, k, rng.randint(0, k))) for _ in range(n)]
-    raw["title"] = f"random speculative engine steps (seed {seed})"
+    raw["title"] = f"random speculative engine steps (seed {seed})" + ("" if scheduler == "sync" else f", {scheduler}")
     return raw
 
 
@@ -147,12 +157,11 @@ def random_spec_manager(seed: int, num_ops: int = 60, hybrid: bool = False) -> d
     return {"title": f"random speculative manager-level scenario (seed {seed})", "engine": engine, "steps": steps}
 
 
-def random_connector_spec_raw_scenario(seed: int) -> dict[str, Any]:
-    """``random_connector_raw_scenario`` (a static KV connector) with speculative decoding: the
-    sync scheduler, a drawn method and ``num_speculative_tokens``, an ``accepted`` list per
-    request and a pool one decode step's slots larger."""
-    raw = copy.deepcopy(random_connector_raw_scenario(seed))
-    rng = random.Random(f"connector-spec:{seed}")
+def _with_drafts(raw: dict[str, Any], rng: random.Random, title: str) -> dict[str, Any]:
+    """A copy of engine-step scenario ``raw`` with speculative decoding: the sync scheduler, a
+    drawn method and 1-4 drafts, an ``accepted`` list per request and a pool one decode step's
+    slots larger (a threshold within k would cut a padded admission)."""
+    raw = copy.deepcopy(raw)
     eng = raw["engine"]
     k = rng.randint(1, 4)
     eng["scheduler"] = "sync"
@@ -163,5 +172,20 @@ def random_connector_spec_raw_scenario(seed: int) -> dict[str, Any]:
     for step in raw["steps"]:
         if step["op"] == "arrive":
             step["accepted"] = [rng.randint(0, k) for _ in step["output"]]
-    raw["title"] = f"random engine steps with a KV connector and drafts (seed {seed})"
+    raw["title"] = title
     return raw
+
+
+def random_connector_spec_raw_scenario(seed: int) -> dict[str, Any]:
+    """``random_connector_raw_scenario`` (a static KV connector) with drafts (``_with_drafts``)."""
+    rng = random.Random(f"connector-spec:{seed}")
+    title = f"random engine steps with a KV connector and drafts (seed {seed})"
+    return _with_drafts(random_connector_raw_scenario(seed), rng, title)
+
+
+def random_offloading_spec_raw_scenario(seed: int) -> dict[str, Any]:
+    """``random_offloading_raw_scenario`` (vLLM's OffloadingConnector, a CPU tier under
+    pressure, prompts repeated) with drafts (``_with_drafts``)."""
+    rng = random.Random(f"offloading-spec:{seed}")
+    title = f"random engine steps with the offloading connector and drafts (seed {seed})"
+    return _with_drafts(random_offloading_raw_scenario(seed), rng, title)

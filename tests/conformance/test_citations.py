@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from explorer.ui.explain.refs import REFS
+from explorer.view.explain.refs import REFS
 
 pytestmark = pytest.mark.conformance
 

@@ -20,7 +20,7 @@ from explorer.errors import BadInput
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import parse_scenario_dict
 from tests.conformance.engine_step_scenarios import random_connector_raw_scenario, under_both_schedulers
-from tests.conformance.oracle import compare
+from tests.conformance.oracle import at_release, compare, seeds_for
 from tests.conformance.sched_oracle import golden_paths
 
 pytestmark = pytest.mark.conformance
@@ -28,11 +28,13 @@ pytestmark = pytest.mark.conformance
 SEEDS = range(150)
 
 
-def scenarios() -> list:
+def scenarios(oracle=None) -> list:
+    """The random batch, under ``oracle``'s release (the full batch under 0.31.0)."""
     out = []
-    for seed in SEEDS:
+    for seed in SEEDS if oracle is None else seeds_for(oracle, SEEDS, 40):
         for r in under_both_schedulers(random_connector_raw_scenario(seed)):
-            out.append(parse_scenario_dict(r, f"random connector seed {seed} ({r['engine']['scheduler']})"))
+            sc = parse_scenario_dict(r, f"random connector seed {seed} ({r['engine']['scheduler']})")
+            out.append(sc if oracle is None else at_release(sc, oracle))
     return out
 
 
@@ -53,7 +55,7 @@ def test_there_are_connector_goldens_for_every_verified_vector():
 
 
 def test_random_connector_scenarios_match_vllm(vllm_sched_oracle):
-    scs = scenarios()
+    scs = scenarios(vllm_sched_oracle)
     answers = vllm_sched_oracle.replay_many(sc.normalized(sc.engine.hash_seed or None) for sc in scs)
     differing, refused = {}, 0
     seen = {"async_load": 0, "sync_load": 0, "no_external": 0, "finished": 0, "evicted": 0, "external_hits": 0}
@@ -80,4 +82,4 @@ def test_random_connector_scenarios_match_vllm(vllm_sched_oracle):
         seen["external_hits"] += mine["final"]["stats"]["external_hits"] > 0
     assert differing == {}, f"{len(differing)} of {len(scs)} scenarios differ: {differing}"
     assert refused <= len(scs) // 10, refused
-    assert all(n >= 10 for n in seen.values()), seen
+    assert all(n >= (10 if vllm_sched_oracle.vllm == "0.31.0" else 2) for n in seen.values()), seen

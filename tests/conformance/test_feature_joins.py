@@ -10,13 +10,19 @@ connector (section 10) meet, against vLLM 0.31.0's own classes, field by field.
   goldens hybrid_rule74_eagle_*.toml (test_conformance.py, test_engine_steps_conformance.py).
 - KV connector + speculative: random connector scenarios with drafts; a scenario we refuse as
   not replayable must be refused by vLLM's side at the same step.
-- KV connector + groups: one full-attention group matches; more groups or a window group are
-  bad input (tests/scenario/test_connector.py), as vLLM's window paths are not modelled.
+- KV connector + groups: one full-attention group matches, and so does one sliding-window
+  group (random connector scenarios with every window and retention form: the external blocks
+  below the window are null blocks, never popped), and so do hybrid groups (without
+  `invalid_external_blocks`, bad input with more than one group as vLLM raises;
+  tests/scenario/test_connector.py).
+- Offloading + speculative: vLLM's own OffloadingConnector on random offloading scenarios with
+  drafts (under 0.31.0; 0.33.0 refuses the offloading connector).
 """
 
 from __future__ import annotations
 
 import copy
+import random
 import re
 
 import pytest
@@ -25,11 +31,12 @@ from explorer.core.errors import BadInput
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import parse_scenario_dict
 from explorer.scenario.randgen import random_scenario
-from tests.conformance.engine_step_scenarios import random_connector_raw_scenario
-from tests.conformance.oracle import compare
+from tests.conformance.engine_step_scenarios import _draw_groups, random_connector_raw_scenario
+from tests.conformance.oracle import at_release, compare, refusal, seeds_for
 from tests.conformance.spec_scenarios import (
     METHODS,
     random_connector_spec_raw_scenario,
+    random_offloading_spec_raw_scenario,
     random_spec_engine_steps,
     random_spec_manager,
 )
@@ -54,12 +61,14 @@ def _eagle(scenario) -> bool:
 def test_random_hybrid_speculative_engine_steps_match_vllm(vllm_sched_oracle):
     scenarios = [
         parse_scenario_dict(random_spec_engine_steps(s, hybrid=True), f"hybrid spec engine steps seed {s}")
-        for s in ENGINE_STEP_SEEDS
+        for s in seeds_for(vllm_sched_oracle, ENGINE_STEP_SEEDS, 40)
     ]
     assert {sc.speculative.method for sc in scenarios} == set(METHODS)
-    assert sum(_multi(sc) and _eagle(sc) for sc in scenarios) >= 60
     differing, _ = _compare_all(vllm_sched_oracle, scenarios)
     assert differing == {}, f"{len(differing)} of {len(scenarios)} differ: {differing}"
+    if vllm_sched_oracle.vllm != "0.31.0":
+        return  # the coverage below is the full 0.31.0 batch's
+    assert sum(_multi(sc) and _eagle(sc) for sc in scenarios) >= 60
     # Worth comparing: EAGLE drops in a hybrid lookup, drafts verified, padded admissions.
     seen = dict.fromkeys(("hybrid_drops", "verified", "placeholders", "window_hits"), 0)
     for sc in scenarios:
@@ -76,11 +85,14 @@ def test_random_hybrid_speculative_engine_steps_match_vllm(vllm_sched_oracle):
 
 def test_random_hybrid_speculative_manager_scenarios_match_vllm(vllm_oracle):
     scenarios = [
-        parse_scenario_dict(random_spec_manager(s, hybrid=True), f"hybrid spec manager seed {s}") for s in MANAGER_SEEDS
+        parse_scenario_dict(random_spec_manager(s, hybrid=True), f"hybrid spec manager seed {s}")
+        for s in seeds_for(vllm_oracle, MANAGER_SEEDS, 40)
     ]
-    assert sum(_multi(sc) and _eagle(sc) for sc in scenarios) >= 40
     differing, mine = _compare_all(vllm_oracle, scenarios)
     assert differing == {}, f"{len(differing)} of {len(scenarios)} differ: {differing}"
+    if vllm_oracle.vllm != "0.31.0":
+        return  # the coverage below is the full 0.31.0 batch's
+    assert sum(_multi(sc) and _eagle(sc) for sc in scenarios) >= 40
     drafts = sum(1 for sc in scenarios for op in sc.ops if op.draft_tokens)
     hits = sum(1 for r in mine for st in r["steps"] if st.get("hit_tokens"))
     assert drafts >= 1000 and hits >= 100, (drafts, hits)
@@ -88,20 +100,20 @@ def test_random_hybrid_speculative_manager_scenarios_match_vllm(vllm_oracle):
 
 def test_manager_level_hybrid_generator_with_speculative_matches_vllm(vllm_oracle):
     scenarios = []
-    for seed in RANDGEN_SEEDS:
+    for seed in seeds_for(vllm_oracle, RANDGEN_SEEDS, 30):
         spec = {"method": METHODS[seed % len(METHODS)], "num_speculative_tokens": 1 + seed % 4}
         raw = random_scenario(seed, 20 + seed % 50, profile="hybrid", engine={"speculative": spec})
         scenarios.append(parse_scenario_dict(raw, f"hybrid randgen seed {seed} with {spec}"))
     differing, mine = _compare_all(vllm_oracle, scenarios)
     assert differing == {}, f"{len(differing)} of {len(scenarios)} differ: {differing}"
-    assert sum(1 for r in mine for st in r["steps"] if st.get("hit_tokens")) >= 100
+    assert sum(1 for r in mine for st in r["steps"] if st.get("hit_tokens")) >= (100 if len(mine) >= 100 else 10)
 
 
 def _compare_connector(oracle, raws: list[dict]) -> tuple[dict, int, list[dict]]:
     """(differing, refused, our answers): a scenario we refuse as not replayable (an order vLLM
     takes from a set, a position past `output`) must be refused by vLLM's side at the same step
     (ours counts from 1, the driver from 0), as test_connector_conformance.py does."""
-    scenarios = [parse_scenario_dict(raw, raw["title"]) for raw in raws]
+    scenarios = [at_release(parse_scenario_dict(raw, raw["title"]), oracle) for raw in raws]
     answers = oracle.replay_many(sc.normalized(sc.engine.hash_seed or None) for sc in scenarios)
     differing, refused, mine = {}, 0, []
     for sc, theirs in zip(scenarios, answers, strict=True):
@@ -121,21 +133,109 @@ def _compare_connector(oracle, raws: list[dict]) -> tuple[dict, int, list[dict]]
     return differing, refused, mine
 
 
+def _drop_refused(release: str, raws: list[dict]) -> list[dict]:
+    """The scenarios ``release`` models. 0.33.0 refuses a KV connector with drafts under the
+    sync scheduler (not modelled): each such scenario must be refused with that line, and no
+    other is dropped. (Drafts need the sync scheduler in this contract, so 0.33.0 refuses every
+    scenario of the KV connector + drafts tier: the refusal is what it checks.)"""
+    kept = []
+    for raw in raws:
+        line = refusal(parse_scenario_dict(raw, raw["title"]), release)
+        sync = raw["engine"]["scheduler"] == "sync"
+        if release == "0.31.0" or not sync:
+            assert line is None, (raw["title"], line)
+            kept.append(raw)
+        else:
+            assert line is not None and 'speculative decoding under scheduler = "sync"' in line, raw["title"]
+    assert kept or release != "0.31.0"
+    return kept
+
+
 def test_random_connector_scenarios_with_drafts_match_vllm(vllm_sched_oracle):
-    raws = [random_connector_spec_raw_scenario(s) for s in CONNECTOR_SEEDS]
+    raws = [random_connector_spec_raw_scenario(s) for s in seeds_for(vllm_sched_oracle, CONNECTOR_SEEDS, 40)]
+    raws = _drop_refused(vllm_sched_oracle.vllm, raws)
+    if not raws:
+        return  # every scenario refused under this release, each refusal asserted
     differing, refused, mine = _compare_connector(vllm_sched_oracle, raws)
     assert differing == {}, f"{len(differing)} of {len(raws) - refused} differ: {differing}"
     assert refused <= len(raws) // 10, refused
     loads = sum(1 for r in mine for st in r["steps"] for n in st.get("external", {}).values() if n)
-    assert loads >= 200, loads
+    assert loads >= (200 if len(raws) == len(CONNECTOR_SEEDS) else 20), loads
 
 
 def test_random_connector_scenarios_with_one_full_attention_group_match_vllm(vllm_sched_oracle):
     raws = []
-    for s in range(60):
+    for s in seeds_for(vllm_sched_oracle, range(60), 30):
         raw = copy.deepcopy(random_connector_raw_scenario(s))
         raw["engine"]["kv_cache_groups"] = [{"kind": "full_attention"}]
         raws.append(raw)
     differing, refused, _ = _compare_connector(vllm_sched_oracle, raws)
     assert differing == {}, f"{len(differing)} of {len(raws) - refused} differ: {differing}"
-    assert refused <= len(raws) // 10, refused
+    assert refused <= max(len(raws) // 10, 4), refused  # 4 of the 30 seeds 0.33.0 compares
+
+
+def test_random_connector_scenarios_with_one_window_group_match_vllm(vllm_sched_oracle):
+    raws = []
+    for s in seeds_for(vllm_sched_oracle, range(60), 30):
+        raw = copy.deepcopy(random_connector_raw_scenario(s))
+        rng = random.Random(f"connector-window:{s}")
+        bs = raw["engine"]["block_size"]
+        window = rng.choice((1, bs, bs + 1, 2 * bs, 5 * bs))
+        raw["engine"]["kv_cache_groups"] = [{"kind": "sliding_window", "sliding_window": window}]
+        raw["engine"]["prefix_cache_retention_interval"] = rng.choice((0, "dense", bs * rng.randint(1, 3)))
+        raw["title"] += f", one window group of {window}"
+        raws.append(raw)
+    differing, refused, mine = _compare_connector(vllm_sched_oracle, raws)
+    assert differing == {}, f"{len(differing)} of {len(raws) - refused} differ: {differing}"
+    # Refused on both sides at the same step: an invalid index on a null entry (block 0, which
+    # every request past its window shares) fails several requests in one step, as a set orders.
+    assert refused <= len(raws) // 6, refused
+    # External tokens below the window: the case that pads the table with null blocks.
+    loads = sum(1 for r in mine for st in r["steps"] for n in st.get("external", {}).values() if n)
+    assert loads >= (60 if len(raws) == 60 else 20), loads
+
+
+def test_random_connector_scenarios_with_hybrid_groups_match_vllm(vllm_sched_oracle):
+    """Full attention and windows in either order, two windows, a larger group block size,
+    every retention form; no `invalid_external_blocks` (bad input with more than one group)."""
+    raws = []
+    for s in seeds_for(vllm_sched_oracle, range(60), 30):
+        raw = copy.deepcopy(random_connector_raw_scenario(s))
+        rng = random.Random(f"connector-hybrid:{s}")
+        groups = _draw_groups(rng, raw["engine"]["block_size"])
+        while len(groups["kv_cache_groups"]) == 1:
+            groups = _draw_groups(rng, raw["engine"]["block_size"])
+        raw["engine"].update(groups)
+        # The pool must hold the largest request alone in every group (as the generator's).
+        sizes = [g.get("block_size", raw["engine"]["block_size"]) for g in groups["kv_cache_groups"]]
+        arrivals = [st for st in raw["steps"] if st["op"] == "arrive"]
+        largest = max(sum(-(-(len(r["prompt"]) + len(r["output"])) // bs) for bs in sizes) for r in arrivals)
+        raw["engine"]["num_blocks"] = max(raw["engine"]["num_blocks"], largest + 1 + rng.randint(0, largest))
+        for st in arrivals:
+            st.pop("invalid_external_blocks", None)
+        raw["title"] += ", hybrid groups"
+        raws.append(raw)
+    differing, refused, mine = _compare_connector(vllm_sched_oracle, raws)
+    assert differing == {}, f"{len(differing)} of {len(raws) - refused} differ: {differing}"
+    assert refused <= len(raws) // 6, refused
+    loads = sum(1 for r in mine for st in r["steps"] for n in st.get("external", {}).values() if n)
+    assert loads >= (60 if len(raws) == 60 else 20), loads
+
+
+def test_random_offloading_scenarios_with_drafts_match_vllm(vllm_sched_oracle):
+    """vLLM's own OffloadingConnector with speculative decoding (every method, 1-4 drafts, the
+    sync scheduler drafts need): the CPU tier stores prompt blocks only, under pressure, and
+    gives back what the GPU cache lost, while drafts are verified and rolled back. 0.33.0
+    refuses the offloading connector (its CPU tier's eviction rule is not modelled)."""
+    if vllm_sched_oracle.vllm != "0.31.0":
+        sc = parse_scenario_dict(random_offloading_spec_raw_scenario(0), "offloading with drafts")
+        assert 'kind = "offloading"' in (refusal(sc, vllm_sched_oracle.vllm) or "")
+        return
+    raws = [random_offloading_spec_raw_scenario(s) for s in range(60)]
+    differing, refused, mine = _compare_connector(vllm_sched_oracle, raws)
+    assert differing == {}, f"{len(differing)} of {len(raws) - refused} differ: {differing}"
+    assert refused <= len(raws) // 6, refused
+    loads = sum(1 for r in mine for st in r["steps"] for n in st.get("external", {}).values() if n)
+    traces = [replay(parse_scenario_dict(raw, raw["title"])) for raw in raws[:20]]
+    rolled_back = sum(1 for t in traces for st in t.steps for d in st.drafts if d.num_rejected)
+    assert loads >= 20 and rolled_back >= 20, (loads, rolled_back)

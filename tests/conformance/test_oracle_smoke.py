@@ -16,6 +16,7 @@ import cbor2
 import pytest
 import xxhash
 
+from tests.conformance import answer_cache
 from tests.conformance.oracle import VllmOracle, VllmOracleError, compare
 
 BS = 16
@@ -118,6 +119,7 @@ def check_shape(result, ops):
         "reset_ok",
         "none_hash",
         "hash_seed",
+        "vllm",  # the release the driver ran (design section 15)
     }
     assert set(final["stats"]) == {
         "requests",
@@ -426,7 +428,8 @@ def test_caching_off(vllm_oracle):
     assert final["stats"]["requests"] == 0  # no lookup, nothing recorded
 
 
-def test_vllm_error_is_reported_and_driver_survives(vllm_oracle):
+def test_vllm_error_is_reported_and_driver_survives(vllm_oracle, monkeypatch):
+    monkeypatch.setenv(answer_cache.MODE_ENV, "live")  # the driver process itself is under test
     bad = {"engine": engine(hash_algo="md5"), "ops": [arrive("A", A)]}
     answer = vllm_oracle.replay(bad, allow_error=True)
     assert "Unsupported hash function" in answer["error"]
@@ -461,3 +464,58 @@ def test_compare_reports_field_paths():
     assert any(d.startswith("final.cached.aa: only in ours") for d in diffs)
     assert any(d.startswith("final.cached.bb: missing in ours") for d in diffs)
     assert len(diffs) == 5
+
+
+# The driver's own checks (vectors, refusals, recorded answers) are 0.31.0's: pinned to it.
+@pytest.fixture(scope="module")
+def vllm_oracle(vllm_oracles):
+    from tests.conformance.oracle import RELEASES, VllmOracle
+
+    return vllm_oracles.get(VllmOracle, RELEASES[0])
+
+
+def test_missing_033_venv_fails_loudly(tmp_path):
+    """The second release's oracle is as mandatory as the first: a missing venv fails."""
+    oracle = VllmOracle(python=tmp_path / "no-such-python", vllm="0.33.0")
+    with pytest.raises(VllmOracleError, match="0.33.0 oracle not installed.*setup_vllm_033.sh"):
+        oracle.replay({"engine": engine(), "ops": []})
+
+
+def test_each_release_keeps_its_own_vllm_cache():
+    """Both releases name their model-info file after the model class: sharing one cache root,
+    each driver start of one release would find the other's file stale and re-inspect the model
+    in a subprocess (the step that fails under load). Each venv keeps its own root."""
+    from tests.conformance.oracle import RELEASES, VENV_PYTHONS, vllm_env
+
+    roots = {vllm_env(VENV_PYTHONS[r])["VLLM_CACHE_ROOT"] for r in RELEASES}
+    assert len(roots) == len(RELEASES)
+    assert all(str(VENV_PYTHONS[r].parent.parent) in vllm_env(VENV_PYTHONS[r])["VLLM_CACHE_ROOT"] for r in RELEASES)
+
+
+UNSETTLED_DRIVER = """\
+import json, sys
+for line in sys.stdin:
+    print(json.dumps({"error": "1 validation error for ModelConfig: Model architectures "
+                               "['LlamaForCausalLM'] failed to be inspected"}), flush=True)
+"""
+
+
+def test_an_answer_vllm_could_not_settle_is_asked_again_then_refused(tmp_path, monkeypatch):
+    """A driver that can never build vLLM's configs is restarted UNSETTLED_RETRIES times, then the
+    oracle fails loudly: such an answer is never passed off as vLLM refusing the scenario."""
+    import sys
+
+    from tests.conformance import oracle as oracle_module
+
+    driver = tmp_path / "unsettled_driver.py"
+    driver.write_text(UNSETTLED_DRIVER)
+    monkeypatch.setattr(oracle_module.time, "sleep", lambda _s: None)
+    starts = []
+    oracle = VllmOracle(python=sys.executable)
+    oracle.driver = driver
+    real_start = oracle._start
+    monkeypatch.setattr(oracle, "_start", lambda: (starts.append(1), real_start())[1])
+    with pytest.raises(VllmOracleError, match="could not build its configs in 4 driver processes"):
+        oracle.replay_many([{"engine": engine(), "ops": []}])
+    oracle.close()
+    assert len(starts) == oracle_module.UNSETTLED_RETRIES + 1

@@ -17,7 +17,7 @@ import pytest
 from tests.conformance.engine_step_invariants import check_expects, check_invariants
 from tests.conformance.engine_step_scenarios import load_raw, normalize, random_scenario
 from tests.conformance.oracle import VllmOracleError, compare
-from tests.conformance.sched_oracle import VllmSchedOracle, golden_paths, read_expected
+from tests.conformance.sched_oracle import VllmSchedOracle, golden_paths, oracle_kind, read_expected
 
 pytestmark = pytest.mark.conformance
 
@@ -44,14 +44,30 @@ def test_the_goldens_exist():
 
 
 @pytest.mark.parametrize("path", GOLDEN, ids=lambda p: p.stem)
-def test_golden_replays_through_vllm(vllm_sched_oracle, path: Path):
+def test_golden_replays_through_vllm(vllm_sched_oracle, vllm_oracles, path: Path):
     raw = load_raw(path)
     scenario = normalize(raw)
-    answer = vllm_sched_oracle.replay(scenario)
+    answer = vllm_oracles.get(oracle_kind(scenario), vllm_sched_oracle.vllm).replay(scenario)
     assert check_invariants(scenario, answer) == []
     assert check_expects(raw, scenario, answer) == []
     assert sum(len(step.get("expect", {})) for step in raw["steps"]) >= 10
     assert compare(answer, read_expected(path)) == [], "re-record with: python -m tests.conformance.sched_oracle record"
+
+
+def test_the_invariants_accept_a_length_capped_finish_only_at_max_model_len(vllm_sched_oracle):
+    path = next(p for p in GOLDEN if p.stem == "length_capped_at_max_model_len")
+    scenario = normalize(load_raw(path))
+    answer = vllm_sched_oracle.replay(scenario)
+    assert check_invariants(scenario, answer) == []
+    # R finishing one token short of max_model_len (and of its output) is wrong.
+    short = copy.deepcopy(answer)
+    step = next(st for st in short["steps"] if "R" in st.get("finished", []))
+    assert step["outputs"].pop("R") == [505]
+    assert "steps[8] (step): R finished with 5 of 20 tokens" in check_invariants(scenario, short)
+    # So is the same finish under a larger max_model_len.
+    roomier = copy.deepcopy(scenario)
+    roomier["engine"]["max_model_len"] += 1
+    assert "steps[8] (step): R finished with 6 of 20 tokens" in check_invariants(roomier, answer)
 
 
 def test_the_async_scheduler_hashes_the_decode_block_one_step_later(vllm_sched_oracle):
@@ -136,7 +152,9 @@ def test_the_driver_refuses_bad_ops(vllm_sched_oracle):
     live = _one_request()
     live["ops"].append(dict(live["ops"][0]))
     assert "still live" in vllm_sched_oracle.replay(live, allow_error=True)["error"]
-    long = _one_request(max_model_len=21)
+    # vLLM caps a request whose prompt + output pass max_model_len; it refuses a prompt that
+    # reaches it (the mirror follows, issue 29).
+    long = _one_request(max_model_len=20)
     assert "max_model_len" in vllm_sched_oracle.replay(long, allow_error=True)["error"]
 
 
@@ -153,3 +171,12 @@ def test_an_id_still_in_a_batch_in_flight_cannot_arrive_again(vllm_sched_oracle)
     assert "in a batch in flight" in vllm_sched_oracle.replay(sc, allow_error=True)["error"]
     sc["engine"]["scheduler"] = "sync"  # nothing is in flight between sync steps
     assert "error" not in vllm_sched_oracle.replay(sc)
+
+
+# The driver's own checks (vectors, refusals, recorded answers) are 0.31.0's: pinned to it.
+@pytest.fixture(scope="module")
+def vllm_sched_oracle(vllm_oracles):
+    from tests.conformance.oracle import RELEASES
+    from tests.conformance.sched_oracle import VllmSchedOracle
+
+    return vllm_oracles.get(VllmSchedOracle, RELEASES[0])

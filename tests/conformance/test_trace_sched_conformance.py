@@ -45,3 +45,12 @@ def test_first_200_shipped_requests_hit_as_in_vllm(vllm_sched_oracle, prepared, 
     # what makes this slice a test of the scheduler, not of the cache alone
     assert ours.skipped == 1 and figures["preemptions"] > 0 and figures["max_queueing_ms"] > 30_000
     assert ours.hit_tokens != replay_vllm(prepared, NUM_BLOCKS).hit_tokens  # one request at a time hits otherwise
+
+
+# The driver's own checks (vectors, refusals, recorded answers) are 0.31.0's: pinned to it.
+@pytest.fixture(scope="module")
+def vllm_sched_oracle(vllm_oracles):
+    from tests.conformance.oracle import RELEASES
+    from tests.conformance.sched_oracle import VllmSchedOracle
+
+    return vllm_oracles.get(VllmSchedOracle, RELEASES[0])

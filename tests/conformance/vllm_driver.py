@@ -35,6 +35,7 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 os.environ.pop("PYTHONHASHSEED", None)
 
 import msgspec  # noqa: E402
+import vllm  # noqa: E402
 import vllm.envs as vllm_envs  # noqa: E402
 import vllm.v1.core.kv_cache_utils as kcu  # noqa: E402
 from vllm.lora.request import LoRARequest  # noqa: E402
@@ -52,7 +53,7 @@ from vllm.v1.core.kv_cache_utils import (  # noqa: E402
 )
 from vllm.v1.kv_cache_interface import KVCacheConfig  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
-from vllm_groups import TINY_LLAMA, kv_cache_groups  # noqa: E402  (beside this file)
+from vllm_groups import TINY_LLAMA, check_release, kv_cache_groups  # noqa: E402  (beside this file)
 
 
 class ScenarioError(Exception):
@@ -79,12 +80,14 @@ def _encode_events(events) -> list:
 _SPEC_NUMBERS: dict[tuple[str, int], tuple[bool, int, int]] = {}  # one VllmConfig per setting
 
 
-def _spec_numbers(spec: dict | None) -> tuple[bool, int, int]:
-    """(use_eagle, num_lookahead_tokens, num_prefill_lookahead) as vLLM's own configs give them
-    for ``engine.speculative`` (scheduler.py:274-318): a VllmConfig over the tiny Llama with a
-    SpeculativeConfig built by rule 74's recipe. (False, 0, 0) without drafts."""
+def _spec_numbers(spec: dict | None) -> tuple[bool, int, int, int]:
+    """(use_eagle, num_lookahead_tokens, num_prefill_lookahead, num_hash_lookahead_tokens) as
+    vLLM's own configs give them for ``engine.speculative`` (scheduler.py:274-318): a VllmConfig
+    over the tiny Llama with a SpeculativeConfig built by rule 74's recipe; (False, 0, 0, 0)
+    without drafts. The fourth is 0.33's lookahead hashes (0 in 0.31.0, which has none); the
+    Scheduler then gives the manager ``use_eagle = drop and not lookahead``."""
     if spec is None:
-        return False, 0, 0
+        return False, 0, 0, 0
     key = (str(spec["method"]), int(spec["num_speculative_tokens"]))
     if key not in _SPEC_NUMBERS:
         import tempfile
@@ -107,7 +110,9 @@ def _spec_numbers(spec: dict | None) -> tuple[bool, int, int]:
             vc = VllmConfig(model_config=mc, device_config=DeviceConfig(device="cpu"), speculative_config=sp)
         except (ValueError, NotImplementedError) as exc:
             raise ScenarioError(f"vLLM refused the speculative settings: {str(exc).splitlines()[0]}") from None
-        _SPEC_NUMBERS[key] = (sp.use_eagle_block_drop(), vc.num_lookahead_tokens, vc.num_prefill_lookahead_tokens)
+        la = getattr(vc, "num_hash_lookahead_tokens", 0)
+        drop = sp.use_eagle_block_drop() and not la
+        _SPEC_NUMBERS[key] = (drop, vc.num_lookahead_tokens, vc.num_prefill_lookahead_tokens, la)
     return _SPEC_NUMBERS[key]
 
 
@@ -120,6 +125,7 @@ def _block_ids(kv_blocks) -> list[int]:
 class Replay:
     def __init__(self, scenario: dict):
         eng = scenario["engine"]
+        check_release(eng)
         self.block_size = int(eng["block_size"])
         self.num_blocks = int(eng["num_blocks"])
         self.max_model_len = int(eng["max_model_len"])
@@ -147,7 +153,9 @@ class Replay:
             hash_fn = get_hash_fn_by_name(eng["hash_algo"])
             # As EngineCore.__init__ does, and before any Request exists.
             init_none_hash(hash_fn)
-            self.hasher = get_request_block_hasher(self.hash_block_size, hash_fn)
+            # 0.33.0's EngineCore passes the lookahead (core.py:226-230); 0.31.0's takes two.
+            la = _spec_numbers(eng.get("speculative"))[3]
+            self.hasher = get_request_block_hasher(self.hash_block_size, hash_fn, *([la] if la else []))
             self.none_hash = kcu.NONE_HASH.hex()
             self.hash_seed = kcu.get_none_hash_seed()
         else:
@@ -161,7 +169,9 @@ class Replay:
             kv_cache_groups=groups,
             **({"prefix_cache_retention_interval": retention} if self.hybrid else {}),
         )
-        use_eagle, self.lookahead, prefill_lookahead = _spec_numbers(eng.get("speculative"))
+        use_eagle, self.lookahead, prefill_lookahead, hash_la = _spec_numbers(eng.get("speculative"))
+        if not self.caching:
+            use_eagle, hash_la = use_eagle or (hash_la > 0), 0  # lookahead hashes need caching on
         self.mgr = KVCacheManager(
             config,
             max_model_len=self.max_model_len,
@@ -172,6 +182,7 @@ class Replay:
             log_stats=True,
             use_eagle=use_eagle,
             num_prefill_lookahead=prefill_lookahead,
+            **({"num_hash_lookahead_tokens": hash_la} if hash_la else {}),
         )
         self.drafts: dict[str, int] = {}  # request id -> drafts its last decode verifies
         self.pool = self.mgr.block_pool
@@ -444,6 +455,7 @@ class Replay:
             "reset_ok": self.reset_ok,
             "none_hash": self.none_hash,
             "hash_seed": self.hash_seed,
+            "vllm": vllm.__version__,
             **({"cached_by_group": by_group} if self.hybrid else {}),
         }
 
@@ -537,10 +549,24 @@ def hybrid_vectors() -> dict:
         out[f"rule74_eagle_{use_eagle}"] = {
             "hit": hit,
             "blocks": [list(g) for g in blocks.get_block_ids()],
-            "replay_boundaries": list(mgr.coordinator.get_replay_boundaries(a)),
+            "replay_boundaries": list(_replay_boundaries(mgr.coordinator, a)),
             "eagle_group_ids": sorted(mgr.coordinator.eagle_group_ids),
         }
     return out
+
+
+def _replay_boundaries(coordinator, request) -> tuple[int, ...]:
+    """The coordinator's replay boundaries of ``request``: a coordinator method in 0.31.0, a
+    module function of the prompt length in 0.33.0 (kv_cache_coordinator.py:65-86)."""
+    if hasattr(coordinator, "get_replay_boundaries"):
+        return coordinator.get_replay_boundaries(request)
+    from vllm.v1.core.kv_cache_coordinator import replay_boundaries
+
+    return replay_boundaries(
+        request.num_prompt_tokens,
+        coordinator.scheduler_block_size,
+        use_eagle=bool(coordinator.drop_eagle_group_ids),
+    )
 
 
 def replay(scenario: dict) -> dict:

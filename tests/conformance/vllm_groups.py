@@ -50,3 +50,13 @@ def kv_cache_groups(eng: dict) -> tuple[list, int, int, int | None]:
     hash_bs = int(eng.get("hash_block_size") or math.gcd(*sizes)) if len(sizes) > 1 else sizes[0]
     retention = eng.get("prefix_cache_retention_interval", 0)  # a raw TOML's "dense" is vLLM's None
     return groups, hash_bs, math.lcm(*sizes), None if retention == "dense" else retention
+
+
+def check_release(eng: dict) -> None:
+    """A scenario names the release it expects (``engine.vllm``, default 0.31.0); a driver
+    running another one refuses it, so a wrong venv can never pass for the right one."""
+    import vllm
+
+    wanted = eng.get("vllm", "0.31.0")
+    if not vllm.__version__.startswith(wanted):
+        raise ValueError(f"scenario expects vLLM {wanted}, this driver runs vLLM {vllm.__version__}")

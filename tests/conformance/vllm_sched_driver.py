@@ -44,6 +44,7 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 os.environ.pop("PYTHONHASHSEED", None)
 
 import msgspec  # noqa: E402
+import vllm  # noqa: E402
 import vllm.envs as vllm_envs  # noqa: E402
 import vllm.v1.core.kv_cache_utils as kcu  # noqa: E402
 from vllm.config import (  # noqa: E402
@@ -67,7 +68,7 @@ from vllm.v1.kv_cache_interface import KVCacheConfig  # noqa: E402
 from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT, DraftTokenIds, KVConnectorOutput, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
-from vllm_groups import TINY_LLAMA, kv_cache_groups  # noqa: E402  (beside this file)
+from vllm_groups import TINY_LLAMA, check_release, kv_cache_groups  # noqa: E402  (beside this file)
 
 HERE = Path(__file__).resolve().parent
 # vLLM's KVConnectorFactory imports the test connector by module name (design section 10).
@@ -254,6 +255,7 @@ class EventRecorder:
 class EngineReplay:
     def __init__(self, scenario: dict):
         eng = scenario["engine"]
+        check_release(eng)
         self.block_size = int(eng["block_size"])
         self.num_blocks = int(eng["num_blocks"])
         # Hybrid KV cache groups (design section 8): hashes at hash_block_size, the scheduler at the LCM.
@@ -287,7 +289,9 @@ class EngineReplay:
                 os.environ["PYTHONHASHSEED"] = str(seed)
             hash_fn = get_hash_fn_by_name(eng["hash_algo"])
             init_none_hash(hash_fn)
-            self.hasher = get_request_block_hasher(self.hash_block_size, hash_fn)
+            # 0.33.0 hashes EAGLE blocks with lookahead tokens (core.py:226-230 there).
+            la = getattr(vc, "num_hash_lookahead_tokens", 0)
+            self.hasher = get_request_block_hasher(self.hash_block_size, hash_fn, *([la] if la else []))
             self.none_hash = kcu.NONE_HASH.hex()
             self.hash_seed = kcu.get_none_hash_seed()
 
@@ -373,8 +377,8 @@ class EngineReplay:
         self.step_hybrid = {"group_hit_tokens": {}, "shared_prefix_boundary": {}, "new_block_ids_by_group": {}}
         get_computed_blocks, allocate_slots = mgr.get_computed_blocks, mgr.allocate_slots
 
-        def looked_up(request):
-            blocks, hit, spb = get_computed_blocks(request)
+        def looked_up(request, *cap):  # 0.33.0 passes max_cache_hit_length
+            blocks, hit, spb = get_computed_blocks(request, *cap)
             hits = [0] * n
             if mgr.prefix_cache_lookup_enabled(request):
                 coordinator = mgr.coordinator
@@ -429,7 +433,11 @@ class EngineReplay:
             output = self.outputs[rid]
             if not 0 <= index < len(output):
                 raise ScenarioError(f"the played model was asked for output[{index}] of {rid!r} ({len(output)} tokens)")
-            sampled.append(output[index : index + 1 + self._num_accepted(rid, drafts)])
+            # Accepted drafts past the output's end are sampled as the drafts (0s): vLLM counts
+            # them (scheduler.py:2059) before it trims the request at max_tokens (:2449).
+            num_sampled = 1 + self._num_accepted(rid, drafts)
+            tokens = output[index : index + num_sampled]
+            sampled.append(tokens + [0] * (num_sampled - len(tokens)))
         return ModelRunnerOutput(
             req_ids=req_ids,
             req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
@@ -511,8 +519,10 @@ class EngineReplay:
         output = [int(t) for t in op["output"]]
         if not prompt or not output:
             raise ScenarioError(f"request {rid!r} needs a non-empty prompt and output")
-        if len(prompt) + len(output) > self.max_model_len:
-            raise ScenarioError(f"request {rid!r}: prompt + output exceed max_model_len")
+        if len(prompt) >= self.max_model_len:
+            # The input processor's refusal (input_processor.py:520-552); a longer output is
+            # the scheduler's to cap (FINISHED_LENGTH_CAPPED at max_model_len).
+            raise ScenarioError(f"request {rid!r}: the prompt is at least max_model_len")
         lora = op.get("lora")
         lora_request = (
             LoRARequest(lora_name=lora["name"], lora_int_id=int(lora["id"]), lora_path=lora["path"]) if lora else None
@@ -675,6 +685,7 @@ class EngineReplay:
             "reset_ok": self.reset_ok,
             "none_hash": self.none_hash,
             "hash_seed": self.hash_seed,
+            "vllm": vllm.__version__,
             **({"cached_by_group": by_group} if self.hybrid else {}),
         }
 

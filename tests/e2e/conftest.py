@@ -65,10 +65,38 @@ def streamlit_command(port: int) -> list[str]:
     ]
 
 
+def wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120) -> None:
+    """Until the server at ``url`` answers its health check (RuntimeError if ``proc`` exits or
+    ``timeout`` seconds pass first)."""
+    deadline = time.time() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        if proc.poll() is not None or time.time() > deadline:
+            raise RuntimeError(f"streamlit did not come up (see {log})")
+        time.sleep(0.5)
+
+
+def stop(proc: subprocess.Popen, grace: float) -> None:
+    """Stop a server the test started: SIGTERM, then SIGKILL after ``grace`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 @contextlib.contextmanager
 def serve_app(log_name: str = "e2e-streamlit.log") -> Iterator[str]:
     """The app under `streamlit run` on a free loopback port, until the block ends; yields its URL."""
     port = _free_port()
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # one log per parallel worker
+    if worker:
+        log_name = log_name.replace(".log", f"-{worker}.log")
     log = REPO / "test-output"
     log.mkdir(exist_ok=True)
     out = open(log / log_name, "wb")  # noqa: SIM115 (lives as long as the child process)
@@ -80,25 +108,11 @@ def serve_app(log_name: str = "e2e-streamlit.log") -> Iterator[str]:
         stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 120
     try:
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"streamlit did not come up (see {log / log_name})")
-            time.sleep(0.5)
+        wait_healthy(url, proc, log / log_name)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc, 15)
         out.close()
 
 
@@ -151,7 +165,7 @@ def step_through_lesson(page, app_url: str, stem: str) -> Iterator[tuple[int, St
     expect(page.locator(".px-now .px-headline")).to_contain_text(f"Step 0 of {n}", timeout=90_000)
     wait_idle(page)
     for k, step in enumerate(trace.steps, start=1):
-        page.locator(".st-key-px_b_next button").first.click()
+        page.locator(".px-b-next").first.click()
         expect(page.locator(".px-now .px-headline")).to_contain_text(f"Step {k} of {n}", timeout=90_000)
         wait_idle(page)
         yield k, step

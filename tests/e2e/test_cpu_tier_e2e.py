@@ -24,4 +24,4 @@ def test_step_the_offloading_lesson_to_the_end(px_page, px_app_url):
         if k == 8:
             shot(page, "cpu-tier-load-from-cpu")
     assert {"cpu-store:A", "cpu-store:X", "cpu-load:B", "cpu-store:C", "tier:8", "tier:12"} <= seen
-    expect(page.locator(".st-key-px_b_next button").first).to_be_disabled()
+    expect(page.locator(".px-b-next").first).to_be_disabled()

@@ -25,7 +25,7 @@ def test_step_the_engine_step_lesson_to_the_end(px_page, px_app_url):
     expect(page.locator(".px-now .px-headline")).to_contain_text(f"Step 0 of {len(steps)}", timeout=90_000)
     wait_idle(page)
     for k, s in enumerate(steps, start=1):
-        page.locator(".st-key-px_b_next button").first.click()
+        page.locator(".px-b-next").first.click()
         expect(page.locator(".px-now .px-headline")).to_contain_text(f"Step {k} of {len(steps)}", timeout=90_000)
         wait_idle(page)
         if s["op"] != "step":
@@ -42,4 +42,4 @@ def test_step_the_engine_step_lesson_to_the_end(px_page, px_app_url):
         if s["preempted"]:
             assert "found no room" in page.locator(".st-key-px_panel_batch").inner_text()
             shot(page, "engine-step-preemption")
-    expect(page.locator(".st-key-px_b_next button").first).to_be_disabled()
+    expect(page.locator(".px-b-next").first).to_be_disabled()

@@ -32,8 +32,17 @@ def _headline(page) -> str:
     return page.locator(".px-now .px-headline").inner_text()
 
 
+STAGE_BUTTONS = {
+    "px_b_first": ".px-b-first",
+    "px_b_back": ".px-b-back",
+    "px_b_next": ".px-b-next",
+    "px_b_last": ".px-b-last",
+}
+
+
 def _click(page, key: str, then_text: str, where: str = ".px-now .px-headline") -> None:
-    page.locator(f".st-key-{key} button").first.click()
+    """A click on the stage's button (explorer/ui/static/stage.js) or a Streamlit button, by key."""
+    page.locator(STAGE_BUTTONS.get(key, f".st-key-{key} button")).first.click()
     expect(page.locator(where)).to_contain_text(then_text, timeout=90_000)
     wait_idle(page)
 
@@ -84,7 +93,7 @@ def test_step_a_lesson_to_the_end_against_the_replay_json(px_page, px_app_url):
     assert page.locator("[data-px-map]").get_attribute("data-px-map") == str(len(final["cached"]))
     queries = page.locator('.px-metric[data-px-stat="queries"] .px-metric-value').first.inner_text().strip()
     assert queries == f"{final['stats']['queries']:,}"
-    expect(page.locator(".st-key-px_b_next button").first).to_be_disabled()
+    expect(page.locator(".px-b-next").first).to_be_disabled()
     assert re.search(r"[?&]step=20(&|$)", page.url)
 
 
@@ -141,13 +150,11 @@ def test_a_shared_link_opens_the_same_step(px_browser, px_page, px_app_url):
 def test_autoplay_steps_to_the_end_and_stops(px_page, px_app_url):
     page = px_page
     _open(page, f"{px_app_url}/?lesson=00_two_chat_turns&step=17", "Step 17 of 20")
-    page.locator(".st-key-px_w_speed").click()
-    page.get_by_role("option", name="4x").click()
-    wait_idle(page)
-    page.locator('[class*="st-key-px_w_play__"] label').first.click()
+    page.locator("select.px-speed").select_option("4x")
+    page.locator(".px-b-play").click()
+    expect(page.locator(".px-b-play")).to_have_attribute("aria-pressed", "true")
     expect(page.locator(".px-now .px-headline")).to_contain_text("Step 20 of 20", timeout=90_000)
-    wait_idle(page)
-    expect(page.locator('[class*="st-key-px_w_play__"] input')).not_to_be_checked(timeout=30_000)
+    expect(page.locator(".px-b-play")).to_have_attribute("aria-pressed", "false", timeout=30_000)
     assert "step=20" in page.url
 
 
@@ -165,7 +172,7 @@ def test_two_browser_sessions_do_not_share_state(px_browser, px_app_url):
         expect(b.locator(".px-now .px-headline")).to_contain_text("Step 0 of 20", timeout=90_000)
         wait_idle(b)
         _click(b, "px_b_last", "Step 20 of 20")
-        a.locator(".st-key-px_b_back button").first.click()
+        a.locator(".px-b-back").first.click()
         expect(a.locator(".px-now .px-headline")).to_contain_text("Step 2 of 20", timeout=90_000)
         wait_idle(a)
         assert "Step 20 of 20" in _headline(b)
@@ -177,14 +184,13 @@ def test_two_browser_sessions_do_not_share_state(px_browser, px_app_url):
 def test_clicking_a_block_shows_its_history(px_page, px_app_url):
     page = px_page
     _open(page, f"{px_app_url}/?lesson=00_two_chat_turns&step=13", "Step 13 of 20: admit B2")
-    page.locator("body[data-px-click-ready]").wait_for(state="attached")
     page.locator('.px-grid [data-px-block="1"]').click()
     expect(page.locator("[data-px-history]")).to_contain_text("taken by B2 as its block 0", timeout=90_000)
     wait_idle(page)
     assert "block=1" in page.url
     text = page.locator("[data-px-history]").inner_text()
     assert "taken by A1 as its block 0" in text and "got hash" in text
-    page.locator(".st-key-px_history").scroll_into_view_if_needed()
+    page.locator(".px-history").scroll_into_view_if_needed()
     shot(page, "block-history")
 
 
@@ -207,7 +213,7 @@ def test_presenter_mode_hides_the_sidebar(px_page, px_app_url):
     size = page.locator(".px-now .px-headline").evaluate("e => parseFloat(getComputedStyle(e).fontSize)")
     assert size > 26
     shot(page, "presenter-step-06")
-    page.locator(".st-key-px_b_leave_presenter button").first.click()
+    page.locator(".px-b-full-page").first.click()
     expect(page.get_by_test_id("stSidebar")).to_be_visible(timeout=90_000)
     wait_idle(page)
 
@@ -225,11 +231,11 @@ def test_hash_calculator_page(px_page, px_app_url):
 
 
 def test_the_step_slider_moves_the_view_and_follows_next(px_page, px_app_url):
-    """The slider (explorer/ui/step_slider.py) reports only the user's moves: a click on its
-    track, an arrow key while it has the focus; Next and the view move its thumb."""
+    """The stage's slider (explorer/ui/static/stage.js): a click on its track, an arrow key while
+    it has the focus (one step, not two); Next and First move its thumb."""
     page = px_page
     _open(page, f"{px_app_url}/?lesson=00_two_chat_turns&step=3", "Step 3 of 20")
-    slider = page.locator(".st-key-px_controls input.px-range")
+    slider = page.locator("input.px-range")
     assert slider.input_value() == "3" and page.locator(".px-range-label").inner_text() == "Step 3 of 20"
     box = slider.bounding_box()
     assert box is not None
@@ -245,3 +251,25 @@ def test_the_step_slider_moves_the_view_and_follows_next(px_page, px_app_url):
     assert slider.input_value() == "17" and page.locator(".px-range-label").inner_text() == "Step 17 of 20"
     _click(page, "px_b_first", "Step 0 of 20")
     assert slider.input_value() == "0"
+
+
+def test_stepping_sends_nothing_to_the_server(px_page, px_app_url):
+    """Next, Back, the keyboard, a block click and the slider step in the browser: the
+    websocket carries no message from the browser (no script run) while they do."""
+    page = px_page
+    sent: list[object] = []
+    page.on("websocket", lambda ws: ws.on("framesent", lambda payload: sent.append(payload)))
+    _open(page, f"{px_app_url}/?lesson=00_two_chat_turns&step=0", "Step 0 of 20")
+    page.wait_for_timeout(500)
+    before = len(sent)
+    for k in range(1, 6):
+        _click(page, "px_b_next", f"Step {k} of 20")
+    page.keyboard.press("ArrowLeft")
+    expect(page.locator(".px-now .px-headline")).to_contain_text("Step 4 of 20")
+    page.locator('.px-grid [data-px-block="1"]').click()
+    expect(page.locator("[data-px-history]")).to_contain_text("taken by A1 as its block 0")
+    page.locator("input.px-range").fill("12")
+    expect(page.locator(".px-now .px-headline")).to_contain_text("Step 12 of 20")
+    assert "step=12" in page.url and "block=1" in page.url
+    page.wait_for_timeout(500)
+    assert len(sent) == before, sent[before:]

@@ -30,4 +30,4 @@ def test_step_the_connector_lesson_to_the_end(px_page, px_app_url):
         if k == 2:
             shot(page, "external-tier-async-load")
     assert {"waiting:A", "loaded:A", "failed:B", "waiting:D", "loaded:D"} <= seen
-    expect(page.locator(".st-key-px_b_next button").first).to_be_disabled()
+    expect(page.locator(".px-b-next").first).to_be_disabled()

@@ -12,10 +12,11 @@ from tests.e2e.conftest import REPO, shot, wait_idle
 
 pytestmark = pytest.mark.e2e
 
-# How far an element or anything inside it reaches past its column (or the main block), in px,
-# and how much it scrolls sideways: 0 and 0 when it wraps.
+# How far an element or anything inside it reaches past its column (a Streamlit column, or one of
+# the stage's own: .px-col, explorer/view/html.py columns) or the main block, in px, and how much
+# it scrolls sideways: 0 and 0 when it wraps.
 OVERFLOW_JS = """(sel) => [...document.querySelectorAll(sel)].map((el) => {
-  const box = el.closest('[data-testid="stColumn"]') || el.closest('[data-testid="stMainBlockContainer"]');
+  const box = el.closest('[data-testid="stColumn"], .px-col') || el.closest('[data-testid="stMainBlockContainer"]');
   const right = box.getBoundingClientRect().right;
   let past = 0, scroll = 0;
   for (const d of [el, ...el.querySelectorAll('*')]) {
@@ -99,7 +100,7 @@ def test_clipped_content_wraps_from_1024_px(px_browser, px_app_url, width):
         checks = [
             (
                 f"{px_app_url}/?lesson=00_two_chat_turns&step=20",
-                [".px-refs", ".px-scroll", '[data-testid="stColumn"]:has(.px-rate)'],  # the metrics column whole
+                [".px-refs", ".px-scroll", ".px-col:has(.px-rate)"],  # the metrics column whole
             ),
             (f"{px_app_url}/router", ['[data-testid="stTable"]']),
             (f"{px_app_url}/practice", ['[data-testid="stExpander"]']),

@@ -24,7 +24,7 @@ def test_step_the_sliding_window_lesson_to_the_end(px_page, px_app_url):
     expect(page.locator(".px-now .px-headline")).to_contain_text(f"Step 0 of {len(steps)}", timeout=90_000)
     wait_idle(page)
     for k, s in enumerate(steps, start=1):
-        page.locator(".st-key-px_b_next button").first.click()
+        page.locator(".px-b-next").first.click()
         expect(page.locator(".px-now .px-headline")).to_contain_text(f"Step {k} of {len(steps)}", timeout=90_000)
         wait_idle(page)
         rows = page.locator("[data-px-group-row]").evaluate_all("els => els.map(e => e.dataset.pxGroupRow)")

@@ -12,6 +12,7 @@ answers and another session sees its own default page.
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 import urllib.request
 
@@ -65,12 +66,15 @@ def _no_foreign_links(page, origin: str) -> None:
 
 
 def _open_selectbox(page, key_prefix: str) -> None:
-    """Open a select box's list of options (they are drawn only while it is open), then close it."""
+    """Open a select box's list of options (they are drawn only while it is open), then close it.
+    Only the open list's options count: the stage's native speed select keeps its own options in
+    the page, hidden."""
+    options = page.get_by_role("listbox").get_by_role("option")
     page.locator(f'[class*="st-key-{key_prefix}"] input').first.click()
     page.wait_for_timeout(300)
-    if page.get_by_role("option").count() == 0:
+    if options.count() == 0:
         page.keyboard.press("ArrowDown")
-    expect(page.get_by_role("option").first).to_be_visible(timeout=30_000)
+    expect(options.first).to_be_visible(timeout=30_000)
     page.wait_for_timeout(500)
     page.keyboard.press("Escape")
 
@@ -83,10 +87,24 @@ def test_hostile_strings_on_every_page_load_nothing_from_elsewhere(recorded, px_
     expect(page.locator(".px-now .px-headline")).to_contain_text("Step 3 of 19", timeout=90_000)
     wait_idle(page)
     for _ in range(4):
-        page.locator(".st-key-px_b_next button").first.click()
+        page.locator(".px-b-next").first.click()
         wait_idle(page)
-    for key in ("px_x_engine", "px_x_playground", "px_x_files", "px_x_share"):
-        details = page.locator(f".st-key-{key} details").first
+    # the stage's own controls step in the browser: Back, the slider, autoplay at another speed
+    page.locator(".px-b-back").first.click()
+    page.locator(".px-range").first.fill("8")
+    expect(page.locator(".px-now .px-headline")).to_contain_text(re.compile(r"^Step 8 of 19"))
+    page.locator(".px-speed").first.select_option("2x")
+    page.locator(".px-b-play").first.click()
+    expect(page.locator(".px-now .px-headline")).to_contain_text(re.compile(r"^Step 1[0-9] of 19"), timeout=30_000)
+    page.locator(".px-b-play").first.click()  # pressed again, it stops
+    wait_idle(page)
+    for sel in (
+        ".st-key-px_x_engine details",
+        ".st-key-px_x_playground details",
+        ".st-key-px_x_files details",
+        "details.px-share",
+    ):
+        details = page.locator(sel).first
         if details.get_attribute("open") is None:
             details.locator("summary").click()
     wait_idle(page)

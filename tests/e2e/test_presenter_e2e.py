@@ -13,9 +13,9 @@ from tests.e2e.conftest import shot, wait_idle
 pytestmark = pytest.mark.e2e
 
 LESSON = "00_two_chat_turns"
-CONTROLS = ".st-key-px_controls"
+CONTROLS = ".px-stage-bar"  # the stage component's control bar (explorer/ui/static/stage.js)
 # Each control bar button: (its label's overflow, its own box's) and its text.
-BUTTONS_JS = """() => Array.from(document.querySelectorAll('.st-key-px_controls button')).map(b => {
+BUTTONS_JS = """() => Array.from(document.querySelectorAll('.px-stage-bar button:not([hidden])')).map(b => {
   const label = b.querySelector('[data-testid="stMarkdownContainer"]') || b;
   return {text: b.innerText.trim(), sw: b.scrollWidth, cw: b.clientWidth, lsw: label.scrollWidth, lcw: label.clientWidth};
 })"""
@@ -34,7 +34,7 @@ def _now_step(page) -> str:
 
 
 def _next(page, to: int) -> None:
-    page.locator(".st-key-px_b_next button").first.click()
+    page.locator(".px-b-next").first.click()
     expect(page.locator(".px-now").first).to_have_attribute("data-px-now", str(to), timeout=90_000)
     wait_idle(page)
 
@@ -60,7 +60,7 @@ def test_presenter_fits_one_step_on_one_screen(px_browser, px_app_url, size):
         expect(page.get_by_test_id("stSidebar")).to_be_hidden()
         texts = _assert_labels_whole(page)
         assert "Full page" in " ".join(texts)  # the full page is one click away
-        stage = page.evaluate(BOX_JS, ".st-key-px_stage")
+        stage = page.evaluate(BOX_JS, ".px-stage-body")
         assert stage["bottom"] <= h + 1, f"the stage runs past the screen: {stage} at {size}"
         for sel in (
             ".px-now",
@@ -79,7 +79,7 @@ def test_presenter_fits_one_step_on_one_screen(px_browser, px_app_url, size):
         assert head >= 0.03 * h and chip >= 0.019 * h, (head, chip)
         assert page.locator('[data-px-pres="changed"]').get_attribute("data-px-changed") == "34"
         shot(page, f"presenter-{w}x{h}")
-        page.locator(".st-key-px_b_leave_presenter button").first.click()
+        page.locator(".px-b-full-page").first.click()
         expect(page.get_by_test_id("stSidebar")).to_be_visible(timeout=90_000)
         wait_idle(page)
         assert "presenter" not in page.url

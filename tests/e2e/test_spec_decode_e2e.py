@@ -28,4 +28,4 @@ def test_step_the_speculative_decoding_lesson_to_the_end(px_page, px_app_url):
             shot(page, f"spec-decode-drop-{k}")
         if step.drafts:
             shot(page, f"spec-decode-drafts-{k}")
-    expect(page.locator(".st-key-px_b_next button").first).to_be_disabled()
+    expect(page.locator(".px-b-next").first).to_be_disabled()

@@ -109,5 +109,7 @@ def all_fields(event) -> dict:
 
     d = {"type": type(event).__name__}
     for f in fields(event):
+        if f.name == "lookahead_token_ids" and event.lookahead_token_ids is None:
+            continue  # vLLM 0.33's field, left out at its default (0.31.0's events have none)
         d[f.name] = wire_json(getattr(event, f.name))
     return d

@@ -14,9 +14,10 @@ import resource
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.own_peak import kill_group, read_peak_kib, wrapped
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMORY_LIMIT = 512 << 20  # bytes of address space for each child
@@ -43,31 +44,27 @@ def run_cli(*args: str, memory: int = MEMORY_LIMIT, env: dict[str, str] | None =
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
     child_env = {**os.environ, "PYTHONPATH": str(ROOT), "MALLOC_ARENA_MAX": "2", **(env or {})}
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryDirectory() as d, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        peak_file = Path(d) / "peak"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "explorer", *args],
+            wrapped(peak_file, [sys.executable, "-m", "explorer", *args]),
             cwd=ROOT,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=err,
             env=child_env,
             preexec_fn=limit,
+            start_new_session=True,
         )
-        deadline = time.monotonic() + HANG_GUARD_S
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.monotonic() > deadline:
-                proc.kill()
-                os.wait4(proc.pid, 0)
-                proc.returncode = -9
-                raise AssertionError(f"explorer {' '.join(map(ascii, args))} hung")
-            time.sleep(0.005)
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        try:
+            proc.wait(timeout=HANG_GUARD_S)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            proc.wait()
+            raise AssertionError(f"explorer {' '.join(map(ascii, args))} hung") from None
         out.seek(0)
         err.seek(0)
-        return Result(proc.returncode, out.read(), err.read(), usage.ru_maxrss)
+        return Result(proc.returncode, out.read(), err.read(), read_peak_kib(peak_file))
 
 
 def assert_one_line_error(result: Result, pattern: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -21,14 +22,21 @@ def sample(text: str, name: str, labels: str = LABELS) -> float:
     raise AssertionError(f"no sample {name}{labels}")
 
 
-def start_server(scenario: Path, pace: float) -> tuple[subprocess.Popen, int]:
-    """`metrics --serve 0`; the port it bound, read from its first stderr line."""
+def start_server(scenario: Path, pace: float, memory: int | None = None) -> tuple[subprocess.Popen, int]:
+    """`metrics --serve 0`; the port it bound, read from its first stderr line. ``memory``: a
+    limit on the server's address space (RLIMIT_AS, bytes)."""
+
+    def limit() -> None:
+        if memory is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
     proc = subprocess.Popen(
         [sys.executable, "-m", "explorer", "metrics", str(scenario), "--serve", "0", "--pace", str(pace)],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=limit,
     )
     assert proc.stderr is not None
     line = proc.stderr.readline()

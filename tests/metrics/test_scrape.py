@@ -54,11 +54,30 @@ def test_counters_are_summed_over_engines():
     assert (s.hits, s.queries, s.external_hits, s.samples) == (15.0, 60.0, 0.0, 4)
 
 
+def test_the_format_is_read_as_prometheus_reads_it():
+    """prometheus_client's parser: escaped quotes and a brace inside a label value, comments,
+    a counter's TYPE line, other clients' samples among vLLM's."""
+    text = (
+        "# TYPE vllm:prefix_cache_hits_total counter\n"
+        'vllm:prefix_cache_hits_total{engine="0",model_name="say \\"hi\\" {x}"} 7\n'
+        "# a comment\n"
+        "process_cpu_seconds_total 3.5\n"
+        'vllm:prefix_cache_queries_total{engine="0",model_name="m"} 9\n'
+    )
+    s = parse_counters(text)
+    assert (s.hits, s.queries, s.samples) == (7.0, 9.0, 2)
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("hello", "is this vLLM's /metrics"),
-        ('vllm:prefix_cache_hits_total{a="b"} x\nvllm:prefix_cache_queries_total 1', "no numeric value"),
+        ("hello", "not a Prometheus text exposition"),
+        ("# HELP vllm:x y\nnode_load1 0.5\n", "is this vLLM's /metrics"),
+        (
+            'vllm:prefix_cache_hits_total{a="b"} x\nvllm:prefix_cache_queries_total 1',
+            "not a Prometheus text exposition",
+        ),
+        ('vllm:prefix_cache_hits_total{a="b} 1\nvllm:prefix_cache_queries_total 1', "not a Prometheus text exposition"),
         ("vllm:prefix_cache_hits_total -1\nvllm:prefix_cache_queries_total 1", "not a counter value"),
         ("vllm:prefix_cache_hits_total NaN\nvllm:prefix_cache_queries_total 1", "not a counter value"),
         ("x\n" * 200_001, "more than 200,000 lines"),

@@ -32,6 +32,12 @@ def test_every_kind_generates_and_its_answer_is_the_replay(kind):
             # the connector's allocation for A, and the hashes this step's BlockStored events carry
             "external_hit": (step.engine_step.external or {}).get("A") if step.engine_step else None,
             "async_load_events": sum(len(e.block_hashes) for e in step.events if type(e).__name__ == "BlockStored"),
+            # the lookup's miss record: the reason of the block the question names
+            "why_miss": (
+                step.miss.block_reasons[q.block]
+                if step.miss is not None and q.block is not None and q.block < len(step.miss.block_reasons)
+                else "partial_block"
+            ),
         }[kind]
         assert q.answer == truth, (kind, seed)
         assert q.explanation and q.setup is not None and q.state and q.asked

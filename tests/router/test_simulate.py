@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
 import pytest
@@ -41,12 +40,6 @@ def test_prefix_beats_round_robin_on_the_default_fleet():
     assert hr["prefix"] > hr["round_robin"] + 0.1
     assert hr["prefix"] > hr["least_loaded"] + 0.1
     assert result.runs["prefix"].saved_ms > result.runs["round_robin"].saved_ms
-
-
-def test_default_fleet_is_fast():
-    t = time.process_time()
-    simulate(FleetConfig())
-    assert time.process_time() - t < 4.0  # about 1 s of CPU for 3 policies x 4 instances x 200 requests
 
 
 def test_simulation_is_deterministic(stream):

@@ -7,8 +7,6 @@ compares them with vLLM's own scheduler.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from explorer.errors import BadInput
 from explorer.scenario.engine import replay
 from explorer.scenario.engine_steps import EngineStepReplay
 from explorer.scenario.parse import load_scenario, parse_scenario_text
+from tests.cli_run import run_explorer
 from tests.conformance.engine_step_scenarios import random_connector_raw_scenario
 from tests.core.invariants import check_invariants
 
@@ -178,8 +177,11 @@ BAD = [
     ("load_steps with a sync load", None, "only an async load"),
     ("an unknown connector kind", None, "kv_connector.kind"),
     ("offloading without cpu_blocks", None, "needs cpu_blocks"),
-    ("hybrid groups", None, "engine.kv_connector: a KV connector with hybrid KV cache groups is not modelled"),
-    ("one window group", None, "engine.kv_connector: a KV connector with a sliding-window group is not modelled"),
+    (
+        "invalid blocks with hybrid groups",
+        None,
+        "step 1 (arrive A): invalid_external_blocks: with more than one KV cache group vLLM cannot map",
+    ),
     (
         "external stats expected without a connector",
         '[[steps]]\nop = "arrive"\nid = "A"\nprompt = "0:9"\noutput = "1"\n[[steps]]\nop = "step"\nexpect = { stats_external_hits = 0 }\n',
@@ -194,6 +196,7 @@ def _bad_text(what: str) -> str:
         "a sync load of the whole prompt": 'external_tokens = 100\nexternal_load = "sync"',
         "invalid block outside the request": "external_tokens = 64\ninvalid_external_blocks = [7]",
         "load_steps with a sync load": 'external_tokens = 64\nexternal_load = "sync"\nload_steps = 2',
+        "invalid blocks with hybrid groups": "external_tokens = 64\ninvalid_external_blocks = [1]",
     }.get(what, "")
     text = HEAD.format(load="async", policy="fail", arrive=arrive) + '\n[[steps]]\nop = "step"\n'
     if what == "an unknown connector kind":
@@ -202,6 +205,7 @@ def _bad_text(what: str) -> str:
         text = text.replace('kind = "static", load = "async"', 'kind = "offloading"')
     groups = {
         "hybrid groups": '[{ kind = "full_attention" }, { kind = "sliding_window", sliding_window = 32 }]',
+        "invalid blocks with hybrid groups": '[{ kind = "full_attention" }, { kind = "sliding_window", sliding_window = 32 }]',
         "one window group": '[{ kind = "sliding_window", sliding_window = 32 }]',
     }.get(what)
     if groups:
@@ -224,21 +228,31 @@ def test_reset_running_while_waiting_for_remote_kv_is_bad_input_exit_2(tmp_path)
         HEAD.format(load="async", policy="fail", arrive=arrive)
         + '[[steps]]\nop = "step"\n[[steps]]\nop = "reset"\nrunning = true\n'
     )
-    run = subprocess.run(
-        [sys.executable, "-m", "explorer", "run", str(path), "--json"], capture_output=True, text=True, cwd=REPO
-    )
+    run = run_explorer("run", str(path), "--json", cwd=REPO)
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr.count("\n") == 1 and "waiting for remote KV" in run.stderr and "Traceback" not in run.stderr
 
 
-def test_a_connector_with_hybrid_groups_is_bad_input_exit_2(tmp_path):
-    """vLLM's connector paths for window groups (external blocks outside the window, hybrid
-    load failures) are not modelled: refused before any step runs (design section 10)."""
+def test_invalid_blocks_with_hybrid_groups_are_bad_input_exit_2(tmp_path):
+    """With more than one group vLLM raises on a load's invalid blocks (block ids are unique
+    only within a group): refused before any step runs, with vLLM's reason (design section 10)."""
     path = tmp_path / "hybrid.toml"
-    path.write_text(_bad_text("hybrid groups"))
-    run = subprocess.run([sys.executable, "-m", "explorer", "run", str(path)], capture_output=True, text=True, cwd=REPO)
+    path.write_text(_bad_text("invalid blocks with hybrid groups"))
+    run = run_explorer("run", str(path), cwd=REPO)
     assert run.returncode == 2 and run.stdout == "" and run.stderr.count("\n") == 1
-    assert "a KV connector with hybrid KV cache groups is not modelled" in run.stderr
+    assert "vLLM cannot map a load's invalid blocks back to requests and raises" in run.stderr
+
+
+@pytest.mark.parametrize("what", ["hybrid groups", "one window group"])
+def test_a_connector_with_any_groups_is_modelled(what):
+    """A connector runs with hybrid groups and with one window group, as in vLLM (compared in
+    tests/conformance/test_feature_joins.py and the goldens connector_hybrid_groups,
+    connector_one_window_group)."""
+    text = _bad_text(what).replace('output = "7, 7"\n', 'output = "7, 7"\nexternal_tokens = 64\n', 1)
+    scenario = parse_scenario_text(text, "groups.toml")
+    assert scenario.groups is not None and scenario.connector is not None
+    trace = replay(scenario, record=False)
+    assert trace.to_json()["steps"][1]["external"] == {"A": 64}
 
 
 def test_a_connector_with_one_full_attention_group_is_modelled():
@@ -249,5 +263,5 @@ def test_a_connector_with_one_full_attention_group_is_modelled():
 def test_external_tokens_beyond_the_prompt_exit_2(tmp_path):
     path = tmp_path / "beyond.toml"
     path.write_text(_bad_text("external_tokens beyond the prompt"))
-    run = subprocess.run([sys.executable, "-m", "explorer", "run", str(path)], capture_output=True, text=True, cwd=REPO)
+    run = run_explorer("run", str(path), cwd=REPO)
     assert run.returncode == 2 and run.stderr.count("\n") == 1 and "beyond the 100-token prompt" in run.stderr

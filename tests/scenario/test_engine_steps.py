@@ -44,9 +44,9 @@ BAD = {
         ["step 1 (arrive A)", "mm", "engine-step"],
     ),
     "text on arrive": (steps('op = "arrive"\nid = "A"\ntext = "hi"\noutput = "1"', STEP), ["text", "engine-step"]),
-    "prompt and output past max_model_len": (
-        steps('op = "arrive"\nid = "A"\nprompt = "0:150"\noutput = "0:60"', STEP),
-        ["output", "210 tokens", "max_model_len = 200"],
+    "a prompt of max_model_len": (
+        steps('op = "arrive"\nid = "A"\nprompt = "0:200"\noutput = "0:60"', STEP),
+        ["prompt", "200 tokens", "at least max_model_len = 200"],
     ),
     "aborting an id that never arrived": (steps(STEP, 'op = "abort"\nid = "Z"'), ["step 2 (abort Z)", "'Z'"]),
     "arriving a live id": (steps(ARRIVE, STEP, ARRIVE), ["step 3 (arrive A)", "still held"]),
@@ -54,7 +54,6 @@ BAD = {
         steps(ARRIVE, STEP, 'op = "abort"\nid = "A"', ARRIVE, head=HEAD.replace("sync", "async")),
         ["step 4 (arrive A)", "in a batch in flight"],
     ),
-    "ok is not reported by a step": (steps(ARRIVE, STEP + "\nexpect = { ok = true }"), ["step 2 (step)", "'ok'"]),
     "scheduler keys in a manager-level scenario": (
         '[engine]\nscheduler = "sync"\n[[steps]]\nop = "arrive"\nid = "A"\nprompt = "0:4"\n',
         ["engine.scheduler", "engine-step"],

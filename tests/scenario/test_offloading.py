@@ -7,8 +7,6 @@ conformance tier compares them with vLLM's own OffloadingConnector.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from explorer.errors import BadInput
 from explorer.scenario.engine import replay
 from explorer.scenario.engine_steps import EngineStepReplay
 from explorer.scenario.parse import load_scenario, parse_scenario_text
+from tests.cli_run import run_explorer
 from tests.conformance.engine_step_scenarios import random_offloading_raw_scenario
 from tests.core.invariants import check_invariants
 
@@ -92,12 +91,7 @@ def test_the_cpu_tier_evicts_its_least_recently_used_chunks():
     c0, c1 = stores["C"].hashes
     assert stores["C"].cpu_evicted == (a1, a0) and stores["D"].cpu_evicted == (b1, b0)
     assert final["cpu_tier"] == [h.hex() for h in (c1, c0, a1, a0)]
-    text = subprocess.run(
-        [sys.executable, "-m", "explorer", "run", str(GOLDEN / "offloading_cpu_lru_eviction.toml")],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
+    text = run_explorer("run", str(GOLDEN / "offloading_cpu_lru_eviction.toml"), cwd=REPO)
     assert text.returncode == 0
     assert text.stdout.splitlines()[-1] == "cpu tier (4 chunks, least recently used first): " + ", ".join(
         h.hex()[:8] for h in (c1, c0, a1, a0)
@@ -178,7 +172,7 @@ def test_bad_offloading_input_is_one_line(tmp_path, connector: str, arrive_extra
     assert message in str(info.value) and "\n" not in str(info.value)
     path = tmp_path / "bad.toml"
     path.write_text(text)
-    cli = subprocess.run([sys.executable, "-m", "explorer", "run", str(path)], capture_output=True, text=True, cwd=REPO)
+    cli = run_explorer("run", str(path), cwd=REPO)
     assert cli.returncode == 2 and cli.stdout == "" and len(cli.stderr.strip().splitlines()) == 1
     assert message in cli.stderr
 
@@ -210,18 +204,28 @@ def test_the_snapshot_budget_counts_the_cpu_tier():
     assert with_tier - snapshot_cells(static, record=True) == 4 * 4
 
 
-@pytest.mark.parametrize(
-    ("extra", "message"),
-    [
-        (
-            'kv_cache_groups = [{ kind = "full_attention" }, { kind = "sliding_window", sliding_window = 32 }]',
-            "with kv_cache_groups is not modelled",
-        ),
-        ('speculative = { method = "eagle", num_speculative_tokens = 3 }', "with speculative decoding is not modelled"),
-    ],
-)
-def test_offloading_with_hybrid_groups_or_drafts_is_bad_input(extra: str, message: str):
+def test_offloading_with_hybrid_groups_is_bad_input():
+    extra = 'kv_cache_groups = [{ kind = "full_attention" }, { kind = "sliding_window", sliding_window = 32 }]'
     text = HEAD.format(cpu=4, blocks=16, sched="sync", caching="true") + extra + "\n" + arrive("A", "0:40") + steps(1)
     with pytest.raises(BadInput) as info:
         parse_scenario_text(text, "bad.toml")
-    assert message in str(info.value) and "\n" not in str(info.value)
+    assert "with kv_cache_groups is not modelled" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_offloading_with_drafts_stores_the_prompt_blocks_and_verifies_drafts():
+    """vLLM runs the offloading connector with speculative decoding (design section 10): the
+    prompt's full blocks go to the CPU tier with the prefill, and the verify steps schedule
+    1 + k tokens (compared with vLLM: golden offloading_with_drafts, test_feature_joins.py)."""
+    extra = 'speculative = { method = "eagle", num_speculative_tokens = 3 }'
+    text = (
+        HEAD.format(cpu=4, blocks=16, sched="sync", caching="true")
+        + extra
+        + "\n"
+        + arrive("A", "0:40", "7, 8, 9")
+        + steps(4)
+    )
+    trace = replay(parse_scenario_text(text, "drafts.toml"))
+    j = trace.to_json()
+    assert j["steps"][1]["scheduled"] == {"A": 40}
+    assert any(n == 4 for st in j["steps"][2:] for n in st["scheduled"].values())
+    assert len(j["final"]["cpu_tier"]) == 2  # 40 tokens: two full blocks of 16

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from explorer.errors import BadInput
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import parse_scenario_text
 from explorer.scenario.write import scenario_to_toml
+from tests.cli_run import run_explorer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,13 +22,7 @@ HEAD = "[engine]\nblock_size = 4\nnum_blocks = 8\n"
 
 
 def run(path: Path, *flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "explorer", "run", str(path), *flags],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return run_explorer("run", str(path), *flags, cwd=ROOT)
 
 
 def write(tmp_path: Path, body: str, name: str = "s.toml") -> Path:

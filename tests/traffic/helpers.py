@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 from explorer.cli import main as cli_main
 from explorer.traffic.trace import parse_trace_bytes
+from tests.cli_run import run_explorer
 
 REPO = Path(__file__).resolve().parents[2]
 CONTRACT_KEYS = {
@@ -21,6 +20,10 @@ CONTRACT_KEYS = {
     "hit_tokens",
     "hit_rate",
     "tokens_per_s",
+    # design section 14: why the rest missed, and the two bounds
+    "miss_tokens",
+    "bound_infinite",
+    "bound_belady",
 }
 
 
@@ -86,7 +89,7 @@ def synthetic_lines(n: int, seed: int = 0) -> list[str]:
 
 
 def cli(*args, cwd=REPO):
-    return subprocess.run([sys.executable, "-m", "explorer", "replay", *args], capture_output=True, text=True, cwd=cwd)
+    return run_explorer("replay", *args, cwd=cwd)
 
 
 def assert_bad(proc, *needles):

@@ -9,7 +9,7 @@ import pytest
 from explorer.errors import BadInput
 from explorer.traffic.hashing import prepare
 from explorer.traffic.sequential import replay_vllm, replay_vllm_plain
-from explorer.traffic.sweep import parse_sizes, run_sweep
+from explorer.traffic.sweep import parse_block_sizes, parse_sizes, run_sweep
 from explorer.traffic.trace import load_trace, shipped_trace_path
 from tests.traffic.helpers import run_cli
 
@@ -55,6 +55,26 @@ def test_parse_sizes():
     for bad in ("", "1", "10,10", "a"):
         with pytest.raises(BadInput):
             parse_sizes(bad)
+
+
+def test_parse_block_sizes_takes_one_token_blocks():
+    """Block sizes are tokens, not cache sizes: 1 is a block size (a cache size needs 2)."""
+    assert parse_block_sizes("1, 16,32") == [1, 16, 32]
+    assert parse_block_sizes("4096", most=8, largest=4096) == [4096]
+    for bad, message in (("0", "between 1 and"), ("16,16", "twice"), (" , ", "none given"), ("x", "ASCII digits")):
+        with pytest.raises(BadInput, match=f"block sizes: .*{message}"):
+            parse_block_sizes(bad)
+    with pytest.raises(BadInput, match="more than 2"):
+        parse_block_sizes("1,2,3", most=2)
+
+
+def test_sweep_lists_block_size_1():
+    """`sweep --block-size-list 1,16` plans both (block size 1 was refused as a cache size)."""
+    from explorer.cli import build_parser
+    from explorer.traffic.sweep_cli import cells_from_args
+
+    args = build_parser().parse_args(["sweep", "t.jsonl", "--num-blocks-list", "100", "--block-size-list", "1,16"])
+    assert sorted({c.block_size for c in cells_from_args(args)}) == [1, 16]
 
 
 def test_figures_from_a_sweep(shared):

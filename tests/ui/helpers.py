@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario
 from explorer.scenario.trace import Step
-from explorer.ui.html_block import COMPONENT as HTML_BLOCK
+from explorer.ui.stage import COMPONENT as STAGE
 
 # A page run on its own is its own main script, and Streamlit puts the script's folder first on
 # sys.path while it runs; there explorer/ui/pages/explorer.py would shadow the explorer package,
@@ -54,9 +54,39 @@ def hash_page(timeout: float = 60) -> AppTest:
     return page(HASH_PAGE, timeout).run()
 
 
+def stage_data(at: AppTest) -> dict | None:
+    """What the page sent the stage component (explorer.ui.stage): every step's parts."""
+    found: list[dict] = []
+
+    def walk(node) -> None:
+        children = getattr(node, "children", None)
+        if children is not None:
+            for child in children.values():
+                walk(child)
+        elif getattr(node, "type", "") == "bidi_component" and node.proto.component_name == STAGE:
+            found.append(json.loads(node.proto.json))
+
+    walk(at._tree)
+    return found[0] if found else None
+
+
+def stage_bodies(data: dict, k: int | None = None, block: int | None = None) -> list[str]:
+    """The parts the stage shows at step ``k`` (the step the page sent by default), with the
+    history of ``block`` (the block the page sent by default) where the browser puts it."""
+    k = data["step"] if k is None else k
+    block = data["block"] if block is None else block
+    out = []
+    for i in data["steps"][k]:
+        part = data["parts"][i]
+        if "data-px-history-slot" in part and block is not None:
+            part += data["histories"].get(str(block), "")
+        out.append(part)
+    return out
+
+
 def html_bodies(at: AppTest) -> list[str]:
-    """Every HTML body the page drew, in page order: ``st.html``'s and the stage's HTML blocks
-    (explorer.ui.html_block, a component whose data is the body)."""
+    """Every HTML body the page drew, in page order: ``st.html``'s and the parts the stage
+    component shows at the page's step (explorer.ui.stage)."""
     out: list[str] = []
 
     def walk(node) -> None:
@@ -66,8 +96,8 @@ def html_bodies(at: AppTest) -> list[str]:
                 walk(child)
         elif getattr(node, "type", "") == "html":
             out.append(node.value)
-        elif getattr(node, "type", "") == "bidi_component" and node.proto.component_name == HTML_BLOCK:
-            out.append(json.loads(node.proto.json))
+        elif getattr(node, "type", "") == "bidi_component" and node.proto.component_name == STAGE:
+            out.extend(stage_bodies(json.loads(node.proto.json)))
 
     walk(at._tree)
     return out
@@ -105,6 +135,14 @@ def now_text(at: AppTest) -> str:
     return unescape(re.sub(r"<[^>]+>", " ", box))
 
 
+def stage_now_text(at: AppTest, k: int) -> str:
+    """The NOW box's text (tags stripped) the stage shows when the browser steps to ``k``."""
+    data = stage_data(at)
+    assert data is not None
+    box = next(b for b in stage_bodies(data, k) if 'class="px-now"' in b)
+    return unescape(re.sub(r"<[^>]+>", " ", box))
+
+
 def panel_keys(at: AppTest) -> list[str]:
     return re.findall(r'data-px-panel="(\w+)"', all_html(at))
 
@@ -118,8 +156,8 @@ def no_exception(at: AppTest) -> None:
 
 
 def step_to(at: AppTest, k: int) -> AppTest:
-    """Step k, as a move of the step slider sets it (explorer.ui.step_slider's callback; AppTest
-    cannot drive a component: the browser tests move the slider itself)."""
+    """Step k, as a link to it opens it (AppTest cannot drive the stage component, which steps in
+    the browser: the browser tests click its buttons)."""
     at.session_state["px_view"] = view(at).with_(step=k)
     return at.run()
 
@@ -139,8 +177,10 @@ def step_through_lesson(stem: str) -> Iterator[tuple[int, Step, AppTest]]:
 
 
 def n_steps(at: AppTest) -> int:
-    """The number of steps the slider spans."""
-    return int(at.session_state["px_n_steps"])
+    """The number of steps the stage holds."""
+    data = stage_data(at)
+    assert data is not None
+    return len(data["steps"]) - 1
 
 
 def view(at: AppTest):

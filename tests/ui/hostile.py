@@ -104,9 +104,13 @@ def page_problems(at: AppTest) -> list[str]:
             last = path.rsplit(".", 1)[-1]
             if kind == "html" and last == "body":
                 out += [f"html: {p}" for p in html_problems(s)]
-            elif kind == "bidi_component" and last == "json":  # the stage's HTML blocks: data is the body
-                body = json.loads(s)
-                out += [f"html block: {p}" for p in html_problems(body if isinstance(body, str) else s)]
+            elif kind == "bidi_component" and last == "json":  # the stage: every step's parts, every history
+                data = json.loads(s)
+                bodies = (
+                    [*data.get("parts", ()), *data.get("histories", {}).values()] if isinstance(data, dict) else [s]
+                )
+                for body in bodies:
+                    out += [f"stage part: {p}" for p in html_problems(body)]
             elif kind in _PLAIN_TYPES or not (last in _MD_FIELDS or (last == "options" and kind in _MD_OPTIONS)):
                 continue
             elif _MARKERS.search(s):

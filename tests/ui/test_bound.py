@@ -4,14 +4,11 @@ it from its default shows the view, and a late report for the old key is ignored
 
 from __future__ import annotations
 
-import json
-
 from explorer.ui import bound
 from explorer.ui.lesson_files import lesson_title
 from explorer.ui.state import ViewState
-from explorer.ui.step_slider import COMPONENT as SLIDER
 from tests.ui.helpers import bound as widget
-from tests.ui.helpers import explorer, now_text, view
+from tests.ui.helpers import explorer, now_text, stage_data, step_to, view
 
 
 def test_a_new_value_gets_a_new_key_and_the_old_one_is_stale():
@@ -25,25 +22,6 @@ def test_a_new_value_gets_a_new_key_and_the_old_one_is_stale():
     k1 = bound.key("w", 6, ss)  # the app moved the view: a new widget holding 6
     assert k1 == "w__1" and not bound.is_current("w", k0, ss) and bound.is_current("w", k1, ss)
     assert bound.key("x", 1, ss) == "x__0"  # each widget has its own generation
-
-
-def _slider(at) -> dict:
-    """What the page sent the step slider (explorer.ui.step_slider): it is not bound, it follows
-    the view on every run and reports only the user's moves."""
-    node = next(
-        e for e in _all(at._tree) if getattr(e, "type", "") == "bidi_component" and e.proto.component_name == SLIDER
-    )
-    data = json.loads(node.proto.json)
-    return {k: data[k] for k in ("value", "max", "label")}
-
-
-def _all(node):
-    children = getattr(node, "children", None)
-    if children is None:
-        yield node
-        return
-    for child in children.values():
-        yield from _all(child)
 
 
 def _defaults(at):
@@ -67,15 +45,13 @@ def test_every_bound_widget_defaults_to_the_view_after_the_app_moved_it():
         "pc": False,
         "lesson": lesson_title("04_touch_then_allocate"),
     }
-    for k in (1, 2, 3):
-        at.button(key="px_b_next").click().run()
-        assert view(at).step == k and _slider(at) == {"value": k, "max": 14, "label": f"Step {k} of 14"}
+    for k in (1, 2, 3):  # the browser's steps run nothing here; a link to step k reruns
+        at = step_to(at, k)
+        assert view(at).step == k and stage_data(at)["step"] == k and len(stage_data(at)["steps"]) == 15
     widget(at, "selectbox", "px_w_lesson").set_value("00_two_chat_turns").run()
     assert view(at) == ViewState(lesson="00_two_chat_turns")
     assert _defaults(at) == {"bs": 16, "nb": 300, "pc": True, "lesson": lesson_title("00_two_chat_turns")}
-    assert _slider(at)["value"] == 0
-    at.button(key="px_b_last").click().run()
-    assert _slider(at)["value"] == 20 and "Step 20 of 20" in now_text(at)
+    assert stage_data(at)["step"] == 0 and "Step 0 of 20" in now_text(at)
 
 
 def test_a_user_change_keeps_the_widget_and_moves_the_view():

@@ -3,14 +3,30 @@ the numbers of the step, the log line, the PromQL and the exposition of the step
 
 from __future__ import annotations
 
+import re
+from html import unescape
+
 from explorer.metrics.replay import points, step_rates
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario
 from tests.ui.helpers import ROOT, all_html, explorer, no_exception, step_through_lesson, step_to
 
+# The stage's metric cells (explorer.view.stage_state.exported_metrics_html), laid out as st.metric.
+_CELL = re.compile(
+    r'<div class="px-metric"><div class="px-metric-label">(.*?)</div><div class="px-metric-value">(.*?)</div></div>'
+)
+_CODE = re.compile(r'<pre class="px-code">(.*?)</pre>', re.S)
+
 
 def _metric(at, label: str) -> str:
-    return next(m.value for m in at.metric if m.label.startswith(label))
+    """The value of the first metric cell at the page's step whose label starts with ``label``."""
+    cells = [(unescape(a), unescape(v)) for a, v in _CELL.findall(all_html(at))]
+    return next(v for a, v in cells if a.startswith(label))
+
+
+def _codes(at) -> list[str]:
+    """The code blocks at the page's step (the log line, the PromQL, the exposition)."""
+    return [unescape(c) for c in _CODE.findall(all_html(at))]
 
 
 def test_the_panel_shows_the_three_rates_of_each_step():
@@ -26,7 +42,7 @@ def test_the_panel_shows_the_three_rates_of_each_step():
     # After D (step 8): the counters 32%, the window 0%.
     at = step_to(at, 8)
     assert (_metric(at, "Counters"), _metric(at, "Log line")) == ("32.0%", "0.0%")
-    codes = [c.value for c in at.code]
+    codes = _codes(at)
     assert any('vllm:prefix_cache_hits_total{engine="0",model_name="explorer"} 96.0' in c for c in codes)
     assert any(c.startswith("sum(rate(vllm:prefix_cache_hits_total[5m]))") for c in codes)
     assert any("Prefix cache hit rate: 0.0%" in c for c in codes)

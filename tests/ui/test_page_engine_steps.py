@@ -19,6 +19,7 @@ from tests.ui.helpers import (
     bound,
     errors,
     explorer,
+    n_steps,
     no_exception,
     step_through_lesson,
     step_to,
@@ -100,7 +101,7 @@ def test_request_ids_and_reasons_are_escaped():
     view = ViewState(lesson=None, upload=("evil.toml", toml.encode()))
     at = explorer(view=view)
     no_exception(at)
-    assert errors(at) == [] and at.session_state["px_n_steps"] == 8
+    assert errors(at) == [] and n_steps(at) == 8
     seen = ""
     for k in range(1, 9):
         at = step_to(at, k)

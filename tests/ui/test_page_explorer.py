@@ -25,6 +25,9 @@ from tests.ui.helpers import (
     now_text,
     page_title,
     panel_keys,
+    stage_bodies,
+    stage_data,
+    stage_now_text,
     step_to,
     title_line,
     view,
@@ -100,17 +103,17 @@ def test_every_step_matches_the_replay_json(lesson_json):
     assert "lesson checks hold" in all_html(at)
 
 
-def test_buttons_step_first_back_next_last(lesson_at):
+def test_the_stage_holds_every_step_and_opens_at_the_views_step(lesson_at):
+    """Next, Back, First and Last step in the browser (tests/e2e): the page sends every step once."""
     at = lesson_at
-    at.button(key="px_b_last").click().run()
-    assert view(at).step == 20
-    at.button(key="px_b_back").click().run()
-    assert view(at).step == 19 and "Step 19 of 20: arrive A3" in now_text(at)
-    at.button(key="px_b_first").click().run()
-    assert view(at).step == 0
-    at.button(key="px_b_next").click().run()
-    assert view(at).step == 1 and "arrive A1" in now_text(at)
-    assert at.query_params["step"] in ("1", ["1"])
+    data = stage_data(at)
+    assert data is not None and len(data["steps"]) == 21 and data["step"] == 0
+    trace = replay(load_scenario(LESSON))
+    for k, step in enumerate(trace.steps, start=1):
+        assert f"Step {k} of 20: {step.op.op} {step.op.id}" in stage_now_text(at, k)
+    at = step_to(at, 19)
+    assert stage_data(at)["step"] == 19 and "Step 19 of 20: arrive A3" in now_text(at)
+    # the step in the URL is the browser's to write (the component); the page writes the rest
 
 
 def test_hashing_panel_shows_chain_digests_and_tail(lesson_at):
@@ -139,14 +142,10 @@ def test_eviction_panel_and_block_history(lesson_at):
     at = step_to(lesson_at, 17)
     assert "eviction" in panel_keys(at)
     assert "23 BlockRemoved" in now_text(at)
-    bound(at, "number_input", "px_w_block").set_value(46).run()
-    no_exception(at)
-    html = all_html(at)
-    assert 'data-px-history="1"' in html
+    html = "".join(stage_bodies(stage_data(at), block=46))  # a click on block 46 in the browser
+    assert 'data-px-history="46"' in html
     assert "taken by A2 as its block 40 (popped from the free queue head)" in html
     assert "lost hash" in html and "evicted" in html
-    at.button(key="px_b_close_hist").click().run()
-    assert view(at).block is None
 
 
 def test_changed_blocks_are_marked(lesson_at):
@@ -288,8 +287,8 @@ def test_playground_bad_input_shows_one_error_and_the_page_stays_usable(spec, ne
     errs = errors(at)
     assert len(errs) == 1 and needle in errs[0], errs
     assert view(at).edits == ()
-    at.button(key="px_b_next").click().run()
-    assert not errors(at) and "arrive A1" in now_text(at)
+    at.run()
+    assert not errors(at) and "arrive A1" in stage_now_text(at, 1)
 
 
 def test_playground_refuses_an_op_the_engine_state_does_not_allow():
@@ -356,8 +355,8 @@ def test_hostile_uploads_show_one_error(content, needle):
     errs = errors(at)
     assert len(errs) == 1 and needle in errs[0], errs
     assert page_title(at) == "Two chat turns"
-    at.button(key="px_b_next").click().run()
-    assert "arrive A1" in now_text(at)
+    at.run()
+    assert not errors(at) and "arrive A1" in stage_now_text(at, 1)
 
 
 def test_oversized_upload_is_refused():
@@ -392,7 +391,7 @@ def test_shared_url_opens_the_same_view():
     v = view(at)
     assert v.step == 22 and v.engine == {"block_size": 32} and list(v.edits) == edits and v.block == 3
     assert "Step 22 of 22: admit Z" in now_text(at)
-    assert 'data-px-history="1"' in all_html(at)
+    assert 'data-px-history="3"' in all_html(at) and stage_data(at)["block"] == 3
     assert bound(at, "number_input", "px_w_bs").value == 32
 
 
@@ -413,8 +412,8 @@ def test_bad_url_parameters_show_an_error_and_fall_back(q):
     no_exception(at)
     assert len(errors(at)) == 1
     assert page_title(at) == "Two chat turns"
-    at.button(key="px_b_next").click().run()
-    assert "arrive A1" in now_text(at)
+    at.run()
+    assert not errors(at) and "arrive A1" in stage_now_text(at, 1)
 
 
 def test_edits_that_do_not_replay_from_a_link_stop_the_replay_there():
@@ -424,19 +423,19 @@ def test_edits_that_do_not_replay_from_a_link_stop_the_replay_there():
     errs = errors(at)
     assert len(errs) == 1 and "replay stopped" in errs[0] and "nobody" in errs[0]
     assert view(at).step == 20  # the steps before it are shown
-    at.button(key="px_b_first").click().run()
-    assert "Step 0 of 20" in now_text(at)
+    assert len(stage_data(at)["steps"]) == 21 and "Step 0 of 20" in stage_now_text(at, 0)
 
 
 def test_presenter_mode_hides_the_sidebar_and_enlarges():
     at = explorer(query={"presenter": "1", "step": "6"})
     style = next(h.value for h in at.html if h.value.startswith("<style>"))
     assert 'section[data-testid="stSidebar"]' in style and "html { font-size: clamp(" in style
-    assert at.button(key="px_b_leave_presenter").label == "Full page"  # in the control bar
+    assert stage_data(at)["presenter"]  # its control bar has "Full page" (tests/e2e)
     html = all_html(at)
     for box in ("metrics", "changed", "free"):
         assert f'data-px-pres="{box}"' in html
-    at.button(key="px_b_leave_presenter").click().run()
+    at.session_state["px_view"] = view(at).with_(presenter=False)  # what "Full page" sets
+    at.run()
     assert not view(at).presenter
     style = next(h.value for h in at.html if h.value.startswith("<style>"))
     assert "stSidebar" not in style and 'data-px-pres="metrics"' not in all_html(at)
@@ -460,8 +459,9 @@ def test_big_pool_becomes_a_heat_strip():
     toml = b'[engine]\nnum_blocks = 2000\n[[steps]]\nop = "arrive"\nid = "A"\nprompt = "0:3000"\n[[steps]]\nop = "admit"\nid = "A"\n'
     at = explorer(view=ViewState(lesson=None, upload=("big.toml", toml), step=2))
     no_exception(at)
-    assert len(at.get("plotly_chart")) == 1
-    assert 'data-px-changed="188"' in all_html(at)
+    html = all_html(at)
+    assert html.count('<svg class="px-strip"') == 1 and html.count("<rect data-px-block=") == 2000
+    assert 'data-px-changed="188"' in html
 
 
 def test_without_the_tokenizer_the_playground_offers_token_specs(monkeypatch):
@@ -512,9 +512,9 @@ def test_a_link_from_another_page_opens_its_lesson_once():
     at.query_params.update({"lesson": "03_lookup_cap", "scenario": "03_lookup_cap", "open": "t1"})
     at.run()
     assert view(at).lesson == "03_lookup_cap" and view(at).step == 0
-    at.button(key="px_b_next").click().run()  # the browser may still report the link's URL
-    assert view(at).lesson == "03_lookup_cap" and view(at).step == 1
+    at.run()  # the browser may still report the link's URL
+    assert view(at).lesson == "03_lookup_cap" and view(at).step == 0 and not errors(at)
     at.query_params.clear()
     at.query_params.update({"lesson": "00_two_chat_turns", "step": "9"})  # no token: the view's own URL wins
     at.run()
-    assert view(at).lesson == "03_lookup_cap" and view(at).step == 1
+    assert view(at).lesson == "03_lookup_cap" and view(at).step == 0

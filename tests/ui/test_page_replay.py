@@ -1,4 +1,5 @@
-"""The replay page under AppTest: a tiny uploaded trace, bad input, cancel."""
+"""The replay page under AppTest: a tiny uploaded trace, a grid of block sizes and schedulers
+equal cell for cell to serial `explorer replay` runs, bad input, cancel."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import time
 
 import pytest
 from streamlit.testing.v1 import AppTest
+
+from tests.cli_run import run_explorer
 
 TIMEOUT = 60
 
@@ -89,12 +92,13 @@ def test_tiny_upload_sweep_plots_and_table():
     assert by[("unbounded", None)]["hit_tokens"] == 304
     assert by[("vllm", 40)]["skipped"] == 0 and by[("vllm", 40)]["hit_tokens"] <= 304
     assert res["requests"] == 8 and res["prompt_tokens"] == 1105
-    assert len(at.get("plotly_chart")) == 2
-    assert len(at.dataframe) == 1
+    # hit rate vs size (with the bounds), missed tokens by reason, time per size
+    assert [c.key for c in at.get("plotly_chart")] == ["replay_fig_size", "replay_fig_reasons", "replay_fig_time"]
+    assert len(at.dataframe) == 2  # the reasons' shares, then the results
     # the page is still usable: another run with other settings, through vLLM's scheduler
-    assert at.selectbox(key="replay_scheduler").disabled  # its knobs wait for the policy
+    assert at.multiselect(key="replay_schedulers").disabled  # its knobs wait for the policy
     at.multiselect(key="replay_policies").set_value(["vllm", "scheduler"]).run()
-    at.selectbox(key="replay_scheduler").set_value("sync").run()
+    at.multiselect(key="replay_schedulers").set_value(["sync"]).run()
     at.number_input(key="replay_budget").set_value(512).run()
     button(at, "replay_run").click().run()
     wait_done(at)
@@ -104,7 +108,7 @@ def test_tiny_upload_sweep_plots_and_table():
     s = runs[2]["scheduler"]
     assert (s["scheduler"], s["max_num_batched_tokens"]) == ("sync", 512) and s["peak_running"] >= 1
     assert sum(runs[2]["hits"]) == runs[2]["hit_tokens"] and runs[2]["skipped"] == 1
-    assert "peak running" in at.dataframe[0].value.columns
+    assert "peak running" in at.dataframe[-1].value.columns
 
 
 @pytest.mark.parametrize(
@@ -144,7 +148,7 @@ def test_limits_one_error_each():
     assert len(at.error) == 1 and "limit" in at.error[0].value
     # the whole shipped trace at block size 1 is too much work for the page
     at.text_input(key="replay_sizes").set_value("1000").run()
-    at.number_input(key="replay_block_size").set_value(1).run()
+    at.text_input(key="replay_block_sizes").set_value("1").run()
     at.number_input(key="replay_limit").set_value(0).run()
     button(at, "replay_run").click().run()
     wait_done(at)
@@ -164,3 +168,79 @@ def test_cancel_terminates_the_worker():
     assert "replay_job" not in at.session_state or at.session_state["replay_job"] is None
     assert any("cancelled" in i.value for i in at.info)
     assert button(at, "replay_run")
+
+
+@pytest.mark.parametrize(
+    "block_sizes,sizes,needle",
+    [
+        ("16, x", "10", "is not an integer"),
+        ("0", "10", "is not between 1 and"),
+        ("16, 16", "10", "is listed twice"),
+        (" , ", "10", "none given"),
+        ("1, 2, 3, 4, 5, 6, 7, 8, 9", "10", "more than 8"),
+        # 8 block sizes x 40 cache sizes x 2 policies: 640 cells
+        ("1, 2, 3, 4, 5, 6, 7, 8", ", ".join(str(n) for n in range(10, 50)), "640 cells"),
+    ],
+)
+def test_bad_block_sizes_or_grid_one_error(block_sizes, sizes, needle):
+    at = fresh()
+    at.text_input(key="replay_block_sizes").set_value(block_sizes).run()
+    at.text_input(key="replay_sizes").set_value(sizes).run()
+    at.multiselect(key="replay_policies").set_value(["vllm", "lru"]).run()
+    button(at, "replay_run").click().run()
+    assert len(at.error) == 1 and needle in at.error[0].value, [e.value for e in at.error]
+    assert at.session_state["replay_job"] is None if "replay_job" in at.session_state else True
+    assert button(at, "replay_run")
+
+
+def test_a_grid_of_block_sizes_and_schedulers_equals_serial_replays(tmp_path):
+    at = fresh()
+    upload(at, TINY)
+    at.text_input(key="replay_block_sizes").set_value("16, 32").run()
+    at.text_input(key="replay_sizes").set_value("10, 40").run()
+    at.multiselect(key="replay_policies").set_value(["vllm", "unbounded", "scheduler"]).run()
+    at.multiselect(key="replay_schedulers").set_value(["async", "sync"]).run()
+    at.number_input(key="replay_budget").set_value(512).run()
+    button(at, "replay_run").click().run()
+    wait_done(at)
+    assert not at.error, [e.value for e in at.error]
+    res = at.session_state["replay_result"]
+    runs = res["results"]
+    # per block size: vllm at 2 sizes, unbounded once, the scheduler at 2 sizes under each scheduler
+    assert len(runs) == 14 and res["block_sizes"] == [16, 32] and res["schedulers"] == ["async", "sync"]
+    trace = tmp_path / "tiny.jsonl"
+    trace.write_bytes(TINY)
+    seen = set()
+    for r in runs:
+        sched = r["scheduler"]["scheduler"] if r["policy"] == "scheduler" else None
+        seen.add((r["block_size"], r["policy"], r["num_blocks"], sched))
+        argv = ["replay", str(trace), "--json", "--policy", r["policy"], "--block-size", str(r["block_size"])]
+        argv += ["--num-blocks", str(r["num_blocks"] or 10)]
+        if sched:
+            argv += ["--scheduler", sched, "--max-num-batched-tokens", "512"]
+        done = run_explorer(*argv)
+        assert done.returncode == 0, done.stderr
+        serial = json.loads(done.stdout)
+        for key in ("block_size", "skipped", "hit_tokens", "hit_rate", "miss_tokens", "bound_belady", "bound_infinite"):
+            assert r.get(key) == serial.get(key), (r["policy"], r["block_size"], r["num_blocks"], sched, key)
+        if sched:
+            assert r["scheduler"] == serial["scheduler"] and r["hits"] == serial["hits"]
+        assert sum(r["hits"]) == r["hit_tokens"]
+    assert len(seen) == 14
+    # one line per policy, block size and scheduler, on a cache-size axis in tokens
+    fig = at.get("plotly_chart")[0].proto.spec
+    names = [t["name"] for t in json.loads(fig)["data"]]
+    for bs in (16, 32):
+        assert f"vLLM free-queue order (the engine), block size {bs}" in names
+        assert f"vLLM's scheduler, concurrent (the engine), block size {bs}, sync" in names
+        assert f"Belady's MIN (an eviction that knows the future; bound, not vLLM), block size {bs}" in names
+    vllm32 = next(t for t in json.loads(fig)["data"] if t["name"].startswith("vLLM free-queue") and "32" in t["name"])
+    assert list(vllm32["x"]) == [10 * 32, 40 * 32]
+    assert any("in tokens" in c.value for c in at.caption)
+    table = at.dataframe[-1].value
+    assert {"block size", "scheduler", "cache tokens"} <= set(table.columns)
+    # the missed tokens and the time plot show one block size: picking 32 redraws them at 32
+    at.selectbox(key="replay_show_bs").set_value(32).run()
+    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
+    assert any("block size 32" in t and "Missed tokens" in t for t in titles), titles
+    assert not at.exception

@@ -77,12 +77,28 @@ def test_an_empty_answer_is_not_scored():
     assert at.warning and _score(at) == "0 / 0"
 
 
-def test_new_question_draws_another_seed():
+def test_new_question_draws_a_seed_and_the_address_follows_it():
     at = _app(33, "any")
-    at = at.button(key="practice_new").click().run()
-    assert not at.exception
-    assert at.session_state["practice_seed"] != 33 or True  # a random draw may repeat; the page must still render
-    assert at.subheader
+    assert at.query_params["seed"] in ("33", ["33"]) and "kind" not in at.query_params
+    seeds = set()
+    for _ in range(3):  # three draws from 2**31 seeds: all equal to 33 has odds of about 2**-93
+        at = at.button(key="practice_new").click().run()
+        assert not at.exception and at.subheader
+        seed = str(at.session_state["practice_seed"])
+        assert at.query_params["seed"] in (seed, [seed])  # a copied address opens this question
+        seeds.add(seed)
+    assert seeds != {"33"}
+
+
+def test_a_practice_link_opens_the_same_question():
+    first = _app(4242, "next_evicted")
+    assert first.query_params["kind"] in ("next_evicted", ["next_evicted"])
+    again = app_page(PRACTICE_PAGE)
+    again.query_params.update({"seed": "4242", "kind": "next_evicted"})
+    again.run()
+    assert not again.exception
+    assert again.subheader[0].value == first.subheader[0].value
+    assert again.session_state["practice_seed"] == 4242
 
 
 def test_interview_rubric_mistakes_and_value_of_a_hit():

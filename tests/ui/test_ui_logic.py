@@ -11,8 +11,6 @@ import pytest
 from explorer.errors import BadInput
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario
-from explorer.ui.explain import step as explain
-from explorer.ui.history import block_history, changed_blocks
 from explorer.ui.state import (
     URL_BLOB_CAP,
     ViewState,
@@ -24,6 +22,8 @@ from explorer.ui.state import (
     list_lessons,
     to_query,
 )
+from explorer.view.explain import step as explain
+from explorer.view.history import block_history, changed_blocks
 from explorer.viz.state_html import event_log_html, requests_html
 from tests.ui.helpers import EDGE, LESSON
 
@@ -53,7 +53,7 @@ def test_blob_round_trip_and_refusals():
 
 def test_view_round_trips_through_the_url():
     v = ViewState(
-        engine={"block_size": 32, "enable_prefix_caching": False, "hash_seed": "7"},
+        engine={"block_size": 32, "enable_prefix_caching": False, "hash_seed": "7", "vllm": "0.33.0"},
         edits=({"op": "arrive", "id": "Z", "prompt": "0:20"},),
         step=3,
         drawn_seed="ab" * 32,
@@ -61,9 +61,15 @@ def test_view_round_trips_through_the_url():
         block=5,
     )
     q, warnings = to_query(v)
-    assert not warnings
+    assert not warnings and q["vllm"] == "0.33.0"
     back, errors = from_query(q)
     assert not errors and back == v
+
+
+def test_a_link_with_an_unknown_vllm_release_is_one_error_and_the_rest_of_the_view():
+    back, errors = from_query({"vllm": "0.99.0", "step": "2", "lesson": "01_hash_chain"})
+    assert errors == ["The vLLM release must be one of 0.31.0, 0.33.0, got '0.99.0'"]
+    assert "vllm" not in back.engine and back.step == 2
 
 
 def test_edits_too_long_for_a_link_are_left_out_with_a_warning():
@@ -85,6 +91,7 @@ def test_check_engine_refuses_bad_values():
         {"num_blocks": 10**9},
         {"hash_algo": "md5"},
         {"enable_prefix_caching": "yes"},
+        {"vllm": "0.32.0"},
         {"what": 1},
     ):
         with pytest.raises(BadInput):

@@ -1,9 +1,15 @@
 """vLLM's AsyncScheduler (vllm/v1/core/sched/async_scheduler.py, 0.31.0), vLLM 0.31's default.
 
 The engine schedules step N+1 before the token of step N is known. Each scheduled request that
-is not a prefill chunk gets an output placeholder: a position counted as computed
-(``num_computed_tokens`` already includes it) whose token has not arrived. The running loop
-then schedules ``num_tokens + num_output_placeholders - num_computed_tokens`` tokens.
+is not a prefill chunk gets output placeholders: positions counted as computed
+(``num_computed_tokens`` already includes them) whose tokens have not arrived, one for the token
+it samples plus one per draft it verifies. The running loop then schedules
+``num_tokens_with_spec + num_output_placeholders - num_computed_tokens`` tokens.
+
+Speculative decoding: the worker proposes drafts on the device, so the scheduler gives every
+such request k ``-1`` drafts to schedule next step (spec_decode.py, `_set_placeholder_drafts`);
+the rejected ones roll the placeholders back with ``num_computed_tokens`` when the output
+arrives. With a KV connector that is not modelled (refused).
 
 Prefix caching feels it at hashing time (spec part 2, rules 71-72): ``allocate_slots`` caches
 at most ``request.num_tokens`` tokens, and placeholders are not tokens yet, so when a sampled
@@ -14,20 +20,31 @@ last token arrived: one step later than the synchronous scheduler hashes it.
 
 from __future__ import annotations
 
+from typing import Any
+
+from explorer.core.errors import ConfigError
 from explorer.core.request import Request, RequestStatus
 from explorer.core.sched.output import SchedulerOutput
 from explorer.core.sched.scheduler import Scheduler
 
 
 class AsyncScheduler(Scheduler):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.speculative_config is not None and self.connector is not None:
+            raise ConfigError("speculative decoding with the async scheduler and a KV connector is not modelled")
+
     def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
-        """One placeholder per scheduled request that samples (async_scheduler.py:25-57)."""
+        """Placeholders for the token and the drafts of each scheduled request that samples,
+        and k placeholder drafts for its next step (async_scheduler.py:25-57)."""
         super()._update_after_schedule(scheduler_output)
+        spec_decode_tokens = scheduler_output.scheduled_spec_decode_tokens
         for req_id in scheduler_output.num_scheduled_tokens:
             request = self.requests[req_id]
             if request.is_prefill_chunk:
                 continue
-            request.num_output_placeholders += 1
+            request.num_output_placeholders += 1 + len(spec_decode_tokens.get(req_id, ()))
+            self._set_placeholder_drafts(request)
 
     def _update_request_with_output(
         self, request: Request, new_token_ids: list[int], is_stale: bool = False
@@ -37,10 +54,13 @@ class AsyncScheduler(Scheduler):
         touches no placeholder, since preemption zeroed them, and a preempted request holds
         no block to cache."""
         status_before_update = request.status
-        new_token_ids, stopped = super()._update_request_with_output(request, new_token_ids)
+        num_returned = len(new_token_ids)
+        new_token_ids, stopped = super()._update_request_with_output(request, new_token_ids, is_stale)
         if not is_stale:
-            request.num_output_placeholders -= len(new_token_ids)
+            # 0.33.0 resolves the trimmed tokens' placeholders too (scheduler.py:2766-2769 in 0.33.0).
+            resolved = num_returned if self.config.release.trim_computed_at_stop else len(new_token_ids)
+            request.num_output_placeholders -= resolved
             assert request.num_output_placeholders >= 0
-        if status_before_update == RequestStatus.RUNNING:
+        if status_before_update == RequestStatus.RUNNING and not self.config.release.cache_on_token_arrival_with_drafts:
             self.kv_cache_manager.cache_blocks(request, request.num_computed_tokens - request.num_output_placeholders)
         return new_token_ids, stopped

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from explorer.core.errors import ConfigError
+from explorer.core.release import VLLM_0_31, VllmRelease
 from explorer.core.sched.speculative import SpeculativeConfig
 
 
@@ -20,9 +21,12 @@ class SchedulerConfig:
     # vLLM's VllmConfig.speculative_config (None: no drafts), kept here beside the settings it
     # constrains; see core/sched/speculative.py.
     speculative_config: SpeculativeConfig | None = None
+    # The release whose behaviour the scheduler follows where 0.31.0 and 0.33.0 differ.
+    release: VllmRelease = VLLM_0_31
 
     def check(self, max_model_len: int) -> None:
-        """vLLM's own refusals (config/scheduler.py:315-360), plus a budget of at least one."""
+        """vLLM's own refusals (SchedulerConfig.verify_max_model_len, config/scheduler.py:315-360),
+        plus a budget of at least one."""
         if self.max_num_batched_tokens < 1 or self.max_num_seqs < 1:
             raise ConfigError("max_num_batched_tokens and max_num_seqs must be at least 1")
         if self.max_num_batched_tokens < self.max_num_seqs:

@@ -27,7 +27,7 @@ from explorer.core.kv_cache_utils import KVCacheBlock
 from explorer.core.metrics import PrefixCacheStats
 from explorer.core.request import Request, RequestStatus
 from explorer.core.sched.kv_connector.base import KVConnectorBase
-from explorer.core.sched.output import KVConnectorOutput
+from explorer.core.sched.output import KV_FETCH_COMPLETED_WAITING, KV_FETCH_STAGES, KVConnectorOutput
 
 
 def holds_kv_blocks(request: Request) -> bool:
@@ -44,8 +44,18 @@ class ConnectorPath:
     num_spec_tokens: int  # spec_decode.py
     num_lookahead_tokens: int
 
-    def _init_connector(self, connector: KVConnectorBase | None, max_concurrent_batches: int) -> None:
+    def _init_connector(
+        self, connector: KVConnectorBase | None, max_concurrent_batches: int, cached_by_source_metrics: bool = False
+    ) -> None:
         self.connector = connector
+        # The release's switch: 0.33.0's stats split connector hits by source and count the
+        # requests with an async load by stage (_kv_fetch_stages, scheduler.py:495-500 in
+        # 0.33.0); the stages are None when not tracked (0.31.0, no connector, or no stats).
+        self.cached_by_source_metrics = cached_by_source_metrics
+        self._kv_fetch_stages: dict[Request, str] | None = (
+            {} if cached_by_source_metrics and connector is not None and self.kv_cache_manager.log_stats else None
+        )
+        self._kv_fetch_counts: dict[str, int] = dict.fromkeys(KV_FETCH_STAGES, 0)
         self.connector_prefix_cache_stats: PrefixCacheStats | None = None
         self.recompute_kv_load_failures = True
         self.defer_block_free = False
@@ -68,7 +78,32 @@ class ConnectorPath:
         self.processed_step_seq = 0
         self.deferred_frees: deque[tuple[int, list[KVCacheBlock]]] = deque()
 
+    def _set_kv_fetch_stage(self, request: Request, stage: str | None) -> None:
+        """Move ``request`` to ``stage`` (None: no load pending) in the tracked counts."""
+        stages = self._kv_fetch_stages
+        if stages is None:
+            return
+        prev = stages.pop(request, None)
+        if prev is not None:
+            self._kv_fetch_counts[prev] -= 1
+        if stage is not None:
+            stages[request] = stage
+            self._kv_fetch_counts[stage] += 1
+
+    def _kv_fetch_stats(self) -> dict[str, int]:
+        """The requests at each load stage for the step's stats ({} when not tracked)."""
+        return self._kv_fetch_counts.copy() if self._kv_fetch_stages is not None else {}
+
     # ---- freeing blocks, perhaps later ------------------------------------------------------
+
+    def _refuse_tracked_id(self, request_id: str) -> None:
+        """A new request with the id of one the connector still tracks: vLLM would hand it the
+        earlier request's state and fail on it (a KeyError when the earlier stores land)."""
+        if self.connector is not None and self.connector.still_tracks(request_id):
+            raise SchedulingError(
+                f"request {request_id!r}: the KV connector still tracks the earlier request with this id "
+                "(its last stores are in flight); step until they complete before reusing the id"
+            )
 
     def _request_blocks_can_be_freed(self, request: Request) -> bool:
         return not self.defer_block_free or request.last_sched_seq <= self.processed_step_seq
@@ -90,9 +125,14 @@ class ConnectorPath:
             self.kv_cache_manager.block_pool.free_blocks(reversed(blocks))
 
     def _connector_finished(self, request: Request) -> bool:
-        """Tell the connector; True if it still reads the blocks (L2948-3000)."""
+        """Tell the connector; True if it still reads the blocks (L2948-3000). The blocks
+        already below a window are freed first, on the processed-token basis, so the
+        connector is handed only what attention still reads: with a window group this is
+        what orders the finished request's blocks in the free queue (skipped ones first)."""
         if self.connector is None:
             return False
+        processed = max(0, request.num_computed_tokens - request.num_in_flight_tokens)
+        self.kv_cache_manager.remove_skipped_blocks(request.request_id, processed)
         return self.connector.request_finished(request, self.kv_cache_manager.get_block_ids(request.request_id))
 
     # ---- async loads -------------------------------------------------------------------------
@@ -153,6 +193,7 @@ class ConnectorPath:
             req = self.requests[rid]
             if req.status == RequestStatus.WAITING_FOR_REMOTE_KVS:
                 self.finished_recving_kv_req_ids.add(rid)
+                self._set_kv_fetch_stage(req, KV_FETCH_COMPLETED_WAITING)
             else:
                 assert req.is_finished()
                 to_free.append(req)

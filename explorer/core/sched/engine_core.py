@@ -16,8 +16,19 @@ is sampled again at the same position by a later batch.
 With speculative decoding the model is played further (spec_decode.py): a request verifying
 drafts samples the accepted ones plus a bonus token, the number accepted at its i-th step that
 verifies real drafts being ``accepted[i]`` (0 past the list's end), capped at the drafts
-scheduled; after each step that ran the model, the played drafter proposes
+scheduled (accepted drafts past the end of ``output`` are sampled as the drafts, 0s, which the
+scheduler counts and then trims); after each step that ran the model, the played drafter proposes
 ``num_speculative_tokens`` drafts for every request of the batch (``post_step``, sync only).
+
+Under async scheduling the worker keeps the drafts itself (gpu_model_runner.py, 0.31.0), and the
+played model does what the worker does with them. A batch's ``-1`` drafts are real proposals
+only for a request the previous batch ran and that is still running (the worker's
+``prev_req_id_to_index``, which a finish, a preemption or a batch without it clears), the others
+are rejected whole. And the scheduler placed
+the batch as if the previous batch's drafts were all accepted, so the model samples from the
+true position: the scheduler's minus what it rejected in the previous batch (the worker's
+``prev_num_draft_len`` correction). A batch planned past the end of ``output`` (its request is
+finished by the batch before) samples 0s, which the scheduler never reads.
 """
 
 from __future__ import annotations
@@ -34,13 +45,18 @@ from explorer.core.sched.config import SchedulerConfig
 from explorer.core.sched.kv_connector.base import ConnectorWorker, KVConnectorBase
 from explorer.core.sched.output import EngineCoreOutputs, KVEventPublisher, ModelRunnerOutput, SchedulerOutput
 from explorer.core.sched.scheduler import Scheduler
-from explorer.core.sched.spec_decode import DraftTokenIds, is_placeholder
+from explorer.core.sched.spec_decode import DraftTokenIds, is_padding
 
 
 class PlayedModel:
     """Stands in for the model executor: knows what each request will sample."""
 
-    def __init__(self, connector_worker: ConnectorWorker | None = None, num_speculative_tokens: int = 0) -> None:
+    def __init__(
+        self,
+        connector_worker: ConnectorWorker | None = None,
+        num_speculative_tokens: int = 0,
+        async_scheduling: bool = False,
+    ) -> None:
         self.outputs: dict[str, Sequence[int]] = {}
         # The KV connector's worker side: it reports on every batch, even one with no tokens
         # (the model runner's kv_connector_no_forward).
@@ -50,44 +66,68 @@ class PlayedModel:
         self.accepted: dict[str, Sequence[int]] = {}
         self.num_verified: dict[str, int] = {}
         self.last_batch: list[str] = []
+        # Async: the drafts each request of the previous batch had rejected (the worker's view).
+        self.async_scheduling = async_scheduling
+        self.prev_rejected: dict[str, int] = {}
 
     def add_request(self, request_id: str, output: Sequence[int], accepted: Sequence[int] = ()) -> None:
         self.outputs[request_id] = output
         self.accepted[request_id] = accepted
         self.num_verified[request_id] = 0
 
-    def _num_accepted(self, request_id: str, spec_token_ids: list[int]) -> int:
-        """Drafts this step accepts: none of an admission's placeholders; otherwise the
-        request's next ``accepted`` entry, capped at the drafts scheduled."""
-        if not spec_token_ids or is_placeholder(spec_token_ids):
-            return 0
+    def _num_accepted(self, request_id: str, num_drafts: int) -> int:
+        """Drafts this step accepts of ``num_drafts`` real ones: the request's next
+        ``accepted`` entry, capped at the drafts scheduled."""
         i = self.num_verified[request_id]
         self.num_verified[request_id] = i + 1
         accepted = self.accepted[request_id]
-        return min(accepted[i] if i < len(accepted) else 0, len(spec_token_ids))
+        return min(accepted[i] if i < len(accepted) else 0, num_drafts)
+
+    def _real_drafts(self, scheduler_output: SchedulerOutput, req_id: str, prev: Mapping[str, int]) -> bool:
+        """Whether a drafter stands behind the request's drafts: none of an admission's
+        padding; under async, only for a request the previous batch ran."""
+        if not scheduler_output.scheduled_spec_decode_tokens.get(req_id) or is_padding(scheduler_output, req_id):
+            return False
+        return not self.async_scheduling or req_id in prev
 
     def execute_model(self, scheduler_output: SchedulerOutput, requests: Mapping[str, Request]) -> ModelRunnerOutput:
         """Run the batch just scheduled: a request that is not a prefill chunk samples the
-        token at position ``num_computed_tokens`` (placeholders included), i.e. output index
-        ``num_computed_tokens - num_prompt_tokens``; a prefill chunk samples nothing."""
+        token at position ``num_computed_tokens`` (placeholders included, less the previous
+        batch's rejections under async), i.e. output index ``num_computed_tokens -
+        num_prompt_tokens``; a prefill chunk samples nothing."""
         req_ids = list(scheduler_output.num_scheduled_tokens)
         self.last_batch = req_ids
+        # Only a request the previous batch ran and that ran on since (no finish, preemption
+        # or re-admission between: those leave the worker's persistent batch) keeps its entry.
+        prev = {r: n for r, n in self.prev_rejected.items() if r in scheduler_output.scheduled_running_reqs}
+        self.prev_rejected = {}
         sampled: list[list[int]] = []
         for req_id in req_ids:
             request = requests[req_id]
+            self.prev_rejected[req_id] = 0
             if request.is_prefill_chunk:
                 sampled.append([])
                 continue
             spec = scheduler_output.scheduled_spec_decode_tokens.get(req_id, [])
-            start = request.num_computed_tokens - len(spec) - request.num_prompt_tokens
+            correction = prev.get(req_id, 0) if self.async_scheduling else 0
+            start = request.num_computed_tokens - len(spec) - request.num_prompt_tokens - correction
             output = self.outputs[req_id]
-            if not 0 <= start < len(output):
+            overrun_ok = self.async_scheduling and self.num_speculative_tokens > 0
+            if start < 0 or (start >= len(output) and not overrun_ok):
                 # vLLM can schedule past max_tokens after a dropped stale output (a KV
                 # connector under async scheduling); the played model has no token there.
                 raise SchedulingError(
                     f"the played model was asked for output[{start}] of {req_id!r} ({len(output)} tokens)"
                 )
-            sampled.append(list(output[start : start + 1 + self._num_accepted(req_id, spec)]))
+            num_accepted = (
+                self._num_accepted(req_id, len(spec)) if self._real_drafts(scheduler_output, req_id, prev) else 0
+            )
+            self.prev_rejected[req_id] = len(spec) - num_accepted
+            # Drafts accepted past the output's end are sampled too (as the drafts, 0s): the
+            # scheduler counts them before it trims the request at max_tokens.
+            num_sampled = 1 + num_accepted
+            tokens = list(output[start : start + num_sampled])
+            sampled.append(tokens + [0] * (num_sampled - len(tokens)))
         kv_output = None
         if self.connector_worker is not None:
             kv_output = self.connector_worker.execute(scheduler_output.kv_connector_metadata)
@@ -194,11 +234,11 @@ def make_engine_core(
     connector: KVConnectorBase | None = None,
     connector_worker: ConnectorWorker | None = None,
 ) -> EngineCore:
-    """The scheduler vLLM picks for the config (config/scheduler.py:229-236) and its loop:
+    """The scheduler vLLM picks for the config (config/scheduler.py:229-237) and its loop:
     AsyncScheduler with a batch queue of 2 under async scheduling, else Scheduler and step();
     a KV connector's scheduler side goes to the scheduler, its played worker to the model."""
     scheduler_cls = AsyncScheduler if config.async_scheduling else Scheduler
     scheduler = scheduler_cls(kv_cache_manager, config, kv_event_publisher, connector=connector)
     spec = config.speculative_config
-    model = PlayedModel(connector_worker, 0 if spec is None else spec.num_speculative_tokens)
+    model = PlayedModel(connector_worker, 0 if spec is None else spec.num_speculative_tokens, config.async_scheduling)
     return EngineCore(scheduler, model, 2 if config.async_scheduling else 1)

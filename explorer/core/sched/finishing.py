@@ -57,6 +57,7 @@ class FinishAndReset(ConnectorPath):
         or the connector still needs them, or (deferred) a step in flight (L2650-2685)."""
         assert request.is_finished()
         self._inflight_prefills.pop(request, None)
+        self._set_kv_fetch_stage(request, None)
         delay_free_blocks = self._connector_finished(request) or delay_free_blocks
         self.finished_req_ids.append(request.request_id)
         if not delay_free_blocks:

@@ -2,7 +2,7 @@
 
 vLLM spreads these over several files; here they sit together, with vLLM's names and only the
 fields prefix caching touches:
-- `SchedulerOutput` (vllm/v1/core/sched/output.py:231-318): the batch ``schedule()`` built;
+- `SchedulerOutput` (vllm/v1/core/sched/output.py:231-329): the batch ``schedule()`` built;
 - `ModelRunnerOutput` (vllm/v1/outputs.py): the sampled tokens of that batch, and the KV
   connector worker's report;
 - `EngineCoreOutput` / `EngineCoreOutputs` (vllm/v1/engine/__init__.py): what
@@ -42,7 +42,7 @@ class SchedulerOutput:
     # Requests preempted since the previous schedule(), a reset's included (vLLM: a set).
     preempted_req_ids: list[str]
     # Not a field of vLLM's output: the preemptions this schedule() made, in order (its local
-    # ``preempted_reqs``, scheduler.py:579); the replay reports them.
+    # ``preempted_reqs``, scheduler.py:578); the replay reports them.
     preempted_reqs: list[str] = field(default_factory=list)
     # What the KV connector's worker side reads this step (build_connector_meta).
     kv_connector_metadata: object | None = None
@@ -132,6 +132,15 @@ class OffloadingConnectorStats:
     cpu_cache_read_usage: float = 0.0
 
 
+# 0.33.0's stages of an async KV load (v1/metrics/stats.py:212-219 in 0.33.0): the load is needed but not
+# started (the allocation failed), started and not reported done, done and the request not yet
+# running.
+KV_FETCH_WAITING_TO_START = "waiting_to_start"
+KV_FETCH_IN_PROGRESS = "in_progress"
+KV_FETCH_COMPLETED_WAITING = "completed_waiting"
+KV_FETCH_STAGES = (KV_FETCH_WAITING_TO_START, KV_FETCH_IN_PROGRESS, KV_FETCH_COMPLETED_WAITING)
+
+
 @dataclass
 class SchedulerStats:
     num_running_reqs: int = 0
@@ -146,6 +155,8 @@ class SchedulerStats:
     spec_decoding_stats: SpecDecodingStats | None = None
     # With the offloading connector: its scheduler-side stats (vLLM: kv_connector_stats).
     kv_connector_stats: OffloadingConnectorStats | None = None
+    # 0.33.0 with a KV connector: the requests at each stage of an async load (KV_FETCH_STAGES).
+    num_kv_fetch_reqs_by_stage: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass

@@ -9,7 +9,7 @@ the same way:
 - admission of a waiting or preempted request: ``get_computed_blocks`` (skipped for a later
   chunk, with caching off, or with prompt logprobs), then ``allocate_slots``; only when that
   succeeds does the request become running and its lookup count in the stats, preempted
-  re-admissions apart (scheduler.py:1252-1256);
+  re-admissions apart (record_prefix_cache_stats, scheduler.py:1252-1256);
 - a running request computing its pending tokens (a decode or a later chunk): ``allocate_slots``
   for them alone, without a lookup;
 - finish: ``free``; preemption: ``free``, ``num_computed_tokens = 0``, one more preemption;
@@ -76,8 +76,8 @@ class RequestSteps:
     ) -> KVCacheBlocks | None:
         """allocate_slots for an admission after ``lookup``; when it succeeds, a request that
         looked up (computes from token 0) records its stats: at admission only, so a lookup that
-        found no room is not counted (scheduler.py:1252-1256). The KV connector's arguments
-        pass through (the scheduler's waiting pass, waiting.py)."""
+        found no room is not counted (record_prefix_cache_stats, scheduler.py:1252-1256). The KV
+        connector's arguments pass through (the scheduler's waiting pass, waiting.py)."""
         did_lookup = request.num_computed_tokens == 0
         mgr = self.kv_cache_manager
         new_blocks = mgr.allocate_slots(
@@ -85,12 +85,12 @@ class RequestSteps:
             num_new_tokens,
             num_new_computed_tokens,
             new_computed_blocks,
-            full_sequence_must_fit,
-            num_external_computed_tokens,
-            delay_cache_blocks,
-            reserved_blocks,
             # no drafter slots while an async KV load runs (scheduler.py:1177-1180)
-            0 if delay_cache_blocks else self.num_lookahead_tokens,
+            num_lookahead_tokens=0 if delay_cache_blocks else self.num_lookahead_tokens,
+            num_external_computed_tokens=num_external_computed_tokens,
+            delay_cache_blocks=delay_cache_blocks,
+            full_sequence_must_fit=full_sequence_must_fit,
+            reserved_blocks=reserved_blocks,
         )
         if new_blocks is not None and did_lookup:
             mgr.record_prefix_cache_stats(request, num_new_computed_tokens)

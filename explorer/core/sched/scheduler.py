@@ -48,7 +48,7 @@ from explorer.core.sched.output import (
     SpecDecodingStats,
 )
 from explorer.core.sched.request_steps import RequestSteps
-from explorer.core.sched.utils import check_stop
+from explorer.core.sched.utils import cache_on_token_arrival, check_stop
 from explorer.core.sched.waiting import WaitingPass
 
 
@@ -75,7 +75,7 @@ class Scheduler(WaitingPass, FinishAndReset):
         self._init_spec_decode(config.speculative_config)
         # req_id -> Request, every request not finished, in arrival order.
         self.requests: dict[str, Request] = {}
-        # FCFS: arrivals at the back, preempted requests at the front (request_queue.py:76-116).
+        # FCFS: arrivals at the back, preempted requests at the front (FCFSRequestQueue, request_queue.py:75-116).
         self.waiting: deque[Request] = deque()
         # The running queue is RequestSteps' (one list): in the order requests became running.
         self.running: list[Request] = self.request_steps.running
@@ -85,7 +85,7 @@ class Scheduler(WaitingPass, FinishAndReset):
         # Waiting requests a schedule() skipped and none has scheduled since (vLLM: a set).
         self.deferred_waiting: set[str] = set()
         # The KV connector (None: none), and the max_concurrent_batches it sees.
-        self._init_connector(connector, 2 if config.async_scheduling else 1)
+        self._init_connector(connector, 2 if config.async_scheduling else 1, config.release.cached_by_source_metrics)
         self.request_steps.free_blocks = self._free_request_blocks
 
     # ---- the queues --------------------------------------------------------------------------
@@ -95,6 +95,7 @@ class Scheduler(WaitingPass, FinishAndReset):
             raise SchedulingError(f"request {request.request_id!r} needs max_tokens >= 1")
         if request.request_id in self.requests:
             raise SchedulingError(f"request {request.request_id!r} is already held by the scheduler")
+        self._refuse_tracked_id(request.request_id)
         (self.kv_holding_waiting if holds_kv_blocks(request) else self.waiting).append(request)
         self.requests[request.request_id] = request
         if self.connector is not None:
@@ -310,7 +311,10 @@ class Scheduler(WaitingPass, FinishAndReset):
             status_before_stop = request.status
             stopped = False
             if new_token_ids:
+                due = request.num_output_placeholders > 0 or self.num_spec_tokens > 0
                 new_token_ids, stopped = self._update_request_with_output(request, new_token_ids, output_is_stale)
+                if self.config.release.cache_on_token_arrival_with_drafts and not output_is_stale:
+                    cache_on_token_arrival(self.kv_cache_manager, request, status_before_stop, due)
             # The first output reports the first prefill's stats (L2148-2153).
             prefill_stats = request.take_prefill_stats() if new_token_ids or stopped else None
             finish_reason = None
@@ -360,13 +364,13 @@ class Scheduler(WaitingPass, FinishAndReset):
         self, request: Request, new_token_ids: list[int], is_stale: bool = False
     ) -> tuple[list[int], bool]:
         """Append the sampled tokens one by one (the hasher hashes each newly full block) and
-        stop at the first that ends the request (L2434-2451). ``is_stale`` is the async
-        scheduler's."""
+        stop at the first that ends the request (L2434-2451); a stale one keeps num_computed."""
         stopped = False
         for num_new, output_token_id in enumerate(new_token_ids, 1):
             request.append_output_token_ids(output_token_id)
-            stopped = check_stop(request, self.max_model_len)
-            if stopped:
+            if stopped := check_stop(request, self.max_model_len):
+                if self.config.release.trim_computed_at_stop and not is_stale:
+                    request.num_computed_tokens -= len(new_token_ids) - num_new
                 del new_token_ids[num_new:]
                 break
         return new_token_ids, stopped
@@ -383,14 +387,14 @@ class Scheduler(WaitingPass, FinishAndReset):
             self.connector_prefix_cache_stats = PrefixCacheStats()
         num_running, num_waiting = self.get_request_counts()
         num_deferred = len(self.deferred_waiting)
-        usage = self.kv_cache_manager.usage
         return SchedulerStats(
             num_running,
             num_waiting - num_deferred,
-            usage,
+            self.kv_cache_manager.usage,
             prefix_cache_stats,
             connector_stats,
             num_deferred,
             spec_decoding_stats,
             kv_stats,
+            self._kv_fetch_stats(),
         )

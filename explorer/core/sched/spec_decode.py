@@ -13,7 +13,15 @@ One decode step of a request with drafts, in the synchronous scheduler:
    rolls ``num_computed_tokens`` back by the rejected ones before appending the tokens.
 A request admitted from the waiting queue with exactly one token to compute is padded to
 1 + k tokens with k placeholder drafts (``-1``), so that the batch stays uniform; none of them
-can be accepted (scheduler.py:1086-1108, 1317-1321).
+can be accepted (``pad_spec_decode``, scheduler.py:1086-1108, 1317-1321).
+
+Under the AsyncScheduler the drafts never reach the scheduler: the worker proposes them on the
+device and puts them into the next batch itself. The scheduler holds k placeholders (``-1``) in
+``spec_token_ids`` for every scheduled request that samples (`_set_placeholder_drafts`), so the
+running loop schedules them as drafts, and counts the step's 1 + drafts as output placeholders
+(async_scheduler.py); rejections then roll both ``num_computed_tokens`` and the placeholders
+back. A verified batch's drafts are an admission's padding when the waiting loop admitted it
+(`is_padding`): the only ``-1`` drafts no drafter stands behind.
 
 Each scheduled request also costs the step's input budget ``max_num_new_slots_for_drafting``
 slots beyond its tokens (draft models: 1); `_input_room` is what is left of both budgets.
@@ -43,9 +51,10 @@ class DraftTokenIds:
     draft_token_ids: list[list[int]] = field(default_factory=list)
 
 
-def is_placeholder(spec_token_ids: list[int]) -> bool:
-    """Drafts that stand for nothing (the padding of an admission)."""
-    return all(t == PLACEHOLDER for t in spec_token_ids)
+def is_padding(scheduler_output: SchedulerOutput, req_id: str) -> bool:
+    """Whether the request's drafts in this batch are an admission's padding: only the waiting
+    loop pads, and a request admitted in a step has no drafter's proposals yet."""
+    return req_id in scheduler_output.scheduled_new_reqs or req_id in scheduler_output.scheduled_resumed_reqs
 
 
 class SpecDecodeMixin:
@@ -59,7 +68,8 @@ class SpecDecodeMixin:
     request_steps: RequestSteps
 
     def _init_spec_decode(self, speculative_config: SpeculativeConfig | None) -> None:
-        """scheduler.py:274-318: the numbers the scheduler reads off the config; the manager
+        """scheduler.py:274-318: the numbers the scheduler reads off the config (num_spec_tokens,
+        num_lookahead_tokens, use_eagle_block_drop); the manager
         (built by the caller here, by the scheduler in vLLM) must drop what the config drops."""
         spec = speculative_config
         self.speculative_config = spec
@@ -67,8 +77,9 @@ class SpecDecodeMixin:
         self.num_lookahead_tokens = 0 if spec is None else spec.num_lookahead_tokens
         self.num_prefill_lookahead = 0 if spec is None else spec.num_prefill_lookahead_tokens
         self.draft_slots = 0 if spec is None else spec.max_num_new_slots_for_drafting
-        use_eagle = spec is not None and spec.use_eagle_block_drop()
         mgr = self.kv_cache_manager
+        # vLLM 0.33's lookahead hashes clear the drop (scheduler.py:342-345 in 0.33.0).
+        use_eagle = spec is not None and spec.use_eagle_block_drop() and not mgr.block_pool.num_hash_lookahead_tokens
         if mgr.use_eagle != use_eagle or mgr.num_prefill_lookahead != self.num_prefill_lookahead:
             raise ConfigError(
                 f"the KV cache manager was built with use_eagle={mgr.use_eagle}, num_prefill_lookahead="
@@ -97,10 +108,11 @@ class SpecDecodeMixin:
         return max(num_new_tokens, 0)
 
     def _schedule_spec_tokens(self, request: Request, num_new_tokens: int) -> None:
-        """The running loop's drafts that fit in the scheduled tokens (scheduler.py:829-845);
+        """The running loop's drafts that fit in the scheduled tokens (scheduled_spec_decode_tokens,
+        scheduler.py:829-845);
         the request's drafts are used up either way. What the waiting loop's padding reads of
         the running loop is noted too: someone was scheduled, and whether a prefill chunk was
-        (scheduler.py:596, 821; ``is_prefill_chunk`` still says what the last step left)."""
+        (prefill_scheduled, scheduler.py:596, 821; ``is_prefill_chunk`` still says what the last step left)."""
         self._pad_context = (True, self._pad_context[1] or request.is_prefill_chunk)
         if not request.spec_token_ids:
             return
@@ -111,17 +123,19 @@ class SpecDecodeMixin:
             self._scheduled_spec_tokens[request.request_id] = request.spec_token_ids[:num_scheduled_spec_tokens]
         request.spec_token_ids = []
 
-    def _pad_spec_decode(self, num_computed_tokens: int, num_new_tokens: int, room: int) -> int:
-        """An admission with one token to compute is padded to 1 + k (scheduler.py:1086-1108);
-        0 when the padded tokens do not fit: vLLM then schedules no more waiting requests
-        rather than an unpadded one. The padding itself is noted by `_note_padding`."""
+    def _pad_spec_decode(self, num_computed_tokens: int, num_new_tokens: int, room: int) -> int | None:
+        """An admission with one token to compute is padded to 1 + k (``pad_spec_decode``,
+        scheduler.py:1086-1108);
+        None when the padded tokens do not fit: vLLM then schedules no more waiting requests
+        rather than an unpadded one (the caller ends the waiting pass). The padding itself is
+        noted by `_note_padding`."""
         k = self.num_spec_tokens
         any_running, prefill_scheduled = self._pad_context
         if not (k > 0 and num_new_tokens == 1 and not prefill_scheduled and (any_running or num_computed_tokens > 0)):
             return num_new_tokens
         if num_computed_tokens + 1 + k + 1 > self.max_model_len:
             return num_new_tokens
-        return 0 if 1 + k > room else 1 + k
+        return None if 1 + k > room else 1 + k
 
     def _note_padding(self, request: Request, num_new_tokens: int, num_computed_tokens: int) -> None:
         """An admitted request scheduled past its tokens was padded: k placeholder drafts."""
@@ -162,9 +176,23 @@ class SpecDecodeMixin:
             stats.observe_draft(len(spec), num_accepted)
         if self.observer is not None:
             self.observer.on_drafts_verified(
-                request.request_id, len(spec), num_accepted, is_placeholder(spec), request.num_computed_tokens
+                request.request_id,
+                len(spec),
+                num_accepted,
+                is_padding(scheduler_output, request.request_id),
+                request.num_computed_tokens,
             )
         return stats
+
+    def _set_placeholder_drafts(self, request: Request) -> None:
+        """Async: the worker proposes the next drafts on the device, so the scheduler holds k
+        placeholders (``-1``) in their stead, scheduled like drafts next step
+        (AsyncScheduler._update_after_schedule, async_scheduler.py:27-50; no dynamic k here, so always ``num_speculative_tokens``)."""
+        if not self.num_spec_tokens:
+            return
+        request.spec_token_ids = [PLACEHOLDER] * self.num_spec_tokens
+        if self.observer is not None:
+            self.observer.on_drafts_proposed(request.request_id, self.num_spec_tokens)
 
     def update_draft_token_ids(self, draft_token_ids: DraftTokenIds) -> None:
         """The drafter's proposals become the requests' next drafts; a prefill chunk or a

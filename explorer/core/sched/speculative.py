@@ -9,9 +9,9 @@ verifies them. Three numbers reach the KV cache:
   matched position (speculative.py:1938-1946);
 - ``num_lookahead_tokens``: slots every ``allocate_slots`` adds past the scheduled tokens, for
   the drafter's KV: k for the EAGLE family and draft models, k + 1 for DFlash, 0 otherwise
-  (ngram); they are never hashed, since the cache cap stays ``request.num_tokens`` (vllm.py:630-655);
+  (ngram, vllm.py:629-654); they are never hashed, since the cache cap stays ``request.num_tokens``;
 - ``num_prefill_lookahead_tokens``: prefill tokens past the computed range the drafter reads: k
-  for multi-module MTP, 1 for the rest of the EAGLE family, 0 otherwise (vllm.py:657-680); the
+  for multi-module MTP, 1 for the rest of the EAGLE family, 0 otherwise (vllm.py:656-677); the
   manager never caches the last ``num_prefill_lookahead - 1`` computed tokens, and multi-module
   MTP with prefix caching needs a block size of at least k (kv_cache_coordinator.py:112-132).
 
@@ -30,6 +30,8 @@ from explorer.core.errors import ConfigError
 SPEC_METHODS = ("eagle", "eagle3", "mtp", "dflash", "dspark", "draft_model", "ngram")
 # SpeculativeConfig.use_eagle(): "speculative decoding using target model hidden states".
 EAGLE_METHODS = frozenset({"eagle", "eagle3", "mtp", "dflash", "dspark"})
+# The drafters vLLM's V1 model runner runs under async scheduling (ngram's runs on the CPU).
+ASYNC_METHODS = EAGLE_METHODS | {"draft_model"}
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,14 @@ class SpeculativeConfig:
     def use_eagle_block_drop(self) -> bool:
         """Whether a prefix-cache hit loses its last block (the scheduler's ``use_eagle``)."""
         return self.use_eagle() and not self.disable_eagle_block_drop
+
+    def num_hash_lookahead_tokens(self, lookahead_hashes: bool, enable_caching: bool, has_connector: bool) -> int:
+        """Tokens past each block its hash covers: vLLM 0.33's EAGLE lookahead hashes
+        (``lookahead_hashes``, a release switch) for the dropping family with caching on and no
+        KV connector, else 0, the legacy hashes (config/vllm.py:677-692 in 0.33.0)."""
+        if not (lookahead_hashes and enable_caching and self.use_eagle_block_drop()) or has_connector:
+            return 0
+        return self.num_prefill_lookahead_tokens
 
     def use_dflash(self) -> bool:
         return self.method == "dflash"
@@ -90,20 +100,21 @@ class SpeculativeConfig:
         return 1 if self.uses_draft_model() else 0
 
     def check(self, max_num_batched_tokens: int, async_scheduling: bool, long_prefill_token_threshold: int) -> None:
-        """vLLM's refusals for the scheduler settings, and what this mirror does not model."""
+        """vLLM's refusals for the scheduler settings. A ``long_prefill_token_threshold`` of at
+        most k is no refusal: vLLM asserts only when it cuts a padded admission, which the
+        waiting pass reports as that step's error. Under the async scheduler (modelled: it holds
+        placeholder drafts, async_scheduler.py) vLLM's V1 model runner takes only the drafters
+        that run on the device, so ngram is refused (its speculative_config check,
+        config/vllm.py:1554-1566; 0.33.0: 1651-1680); a KV connector with drafts under it is not
+        modelled (the AsyncScheduler refuses it)."""
         slots = self.max_num_new_slots_for_drafting
         if max_num_batched_tokens <= slots:
             raise ConfigError(
                 "not enough slots to schedule a token and support the speculative decoding settings: "
                 f"max_num_batched_tokens = {max_num_batched_tokens}, draft slots = {slots} (vllm.py:2381-2386)"
             )
-        if async_scheduling:
-            raise ConfigError("speculative decoding with the async scheduler is not modelled (use the sync one)")
-        if 0 < long_prefill_token_threshold <= self.num_speculative_tokens:
-            # A padded admission (1 + k tokens) cut by the threshold trips vLLM's own
-            # `assert num_new_tokens == 1 + self.num_spec_tokens` (scheduler.py:1318).
+        if async_scheduling and self.method not in ASYNC_METHODS:
             raise ConfigError(
-                f"long_prefill_token_threshold = {long_prefill_token_threshold} is at most "
-                f"num_speculative_tokens = {self.num_speculative_tokens}: vLLM's scheduler asserts "
-                "when it cuts a padded speculative admission"
+                f"vLLM refuses async scheduling with {self.method!r} speculative decoding: it takes only "
+                "EAGLE/MTP/Draft Model/NGram GPU/DSpark/DFlash drafters there"
             )

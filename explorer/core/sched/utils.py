@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from explorer.core.request import Request, RequestStatus
+
+if TYPE_CHECKING:
+    from explorer.core.kv_cache_manager import KVCacheManager
 
 
 def check_stop(request: Request, max_model_len: int) -> bool:
@@ -12,3 +17,12 @@ def check_stop(request: Request, max_model_len: int) -> bool:
         request.status = RequestStatus.FINISHED_LENGTH_CAPPED
         return True
     return False
+
+
+def cache_on_token_arrival(manager: KVCacheManager, request: Request, status_before: RequestStatus, due: bool) -> None:
+    """vLLM 0.33.0: when sampled tokens arrive for a request that was running, cache up to the
+    tokens not in flight, if it had output placeholders or drafts (``due``, where
+    update_from_output calls cache_blocks: scheduler.py:2403-2415 in 0.33.0). 0.31.0 does this
+    in AsyncScheduler only."""
+    if due and status_before == RequestStatus.RUNNING:
+        manager.cache_blocks(request, request.num_computed_tokens - request.num_in_flight_tokens)

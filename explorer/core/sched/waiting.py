@@ -1,4 +1,4 @@
-"""The scheduler's waiting pass (vllm/v1/core/sched/scheduler.py:872-1344, 0.31.0).
+"""The scheduler's waiting pass (Scheduler.schedule, vllm/v1/core/sched/scheduler.py:872-1344, 0.31.0).
 
 Moved out of scheduler.py with the KV connector: `WaitingPass._schedule_waiting` admits
 waiting requests in FCFS order while the budget and ``max_num_seqs`` allow, block holders
@@ -14,9 +14,11 @@ from __future__ import annotations
 
 from collections import deque
 
+from explorer.core.errors import SchedulingError
 from explorer.core.kv_cache_manager import KVCacheBlocks
 from explorer.core.request import Request, RequestStatus
 from explorer.core.sched.connector_path import ConnectorPath, holds_kv_blocks
+from explorer.core.sched.output import KV_FETCH_IN_PROGRESS, KV_FETCH_WAITING_TO_START
 from explorer.core.sched.request_steps import RequestSteps
 from explorer.core.sched.spec_decode import SpecDecodeMixin
 
@@ -86,18 +88,23 @@ class WaitingPass(ConnectorPath, SpecDecodeMixin):
                 # The first scheduled prefill's stats, not a resumed one's (L1033-1039).
                 if request.prefill_stats is not None and request.num_preemptions <= 0:
                     request.prefill_stats.set(request.num_prompt_tokens, num_local, num_external)
+                self._set_kv_fetch_stage(request, KV_FETCH_WAITING_TO_START if load_kv_async else None)
             else:
                 num_computed_tokens = request.num_computed_tokens  # loaded: no lookup, no stats
 
+            padded_cut = False
             if load_kv_async:
                 assert num_external > 0
                 num_new_tokens = 0
             else:
                 # `num_tokens`, not the prompt: a resumed request recomputes its outputs.
                 # Speculative decoding pads an admission with one token left (spec_decode.py).
-                num_new_tokens = self._pad_spec_decode(
-                    num_computed_tokens, request.num_tokens - num_computed_tokens, room
-                )
+                padded = self._pad_spec_decode(num_computed_tokens, request.num_tokens - num_computed_tokens, room)
+                if padded is None:
+                    break  # the padded admission does not fit: none unpadded instead (L1104-1106)
+                # A padded admission the threshold cuts trips vLLM's assert once it is allocated.
+                padded_cut = 0 < threshold < padded and padded > request.num_tokens - num_computed_tokens
+                num_new_tokens = padded
                 if 0 < threshold < num_new_tokens:
                     num_new_tokens = threshold
                 num_new_tokens = min(num_new_tokens, room)
@@ -124,17 +131,31 @@ class WaitingPass(ConnectorPath, SpecDecodeMixin):
             )
             if new_blocks is None:
                 break
+            if padded_cut:
+                # `assert num_new_tokens == 1 + self.num_spec_tokens` (L1317-1318).
+                raise SchedulingError(
+                    f"long_prefill_token_threshold = {threshold} cut the padded admission of {rid!r} to "
+                    f"{num_new_tokens} of {1 + self.num_spec_tokens} tokens: vLLM's scheduler asserts there"
+                )
             if connector is not None:
                 connector.update_state_after_alloc(request, self.kv_cache_manager.get_blocks(rid), num_external)
                 external[rid] = num_external
                 if self.connector_prefix_cache_stats is not None and queries != 0:
-                    self.connector_prefix_cache_stats.record(queries, hits, preempted=request.num_preemptions > 0)
+                    preempted = request.num_preemptions > 0
+                    # 0.33.0 splits the hits by tier once the load plan exists (L1489-1505 there).
+                    by_source = (
+                        connector.get_external_cache_hit_sources(request, hits)
+                        if self.cached_by_source_metrics and hits and not preempted
+                        else None
+                    )
+                    self.connector_prefix_cache_stats.record(queries, hits, preempted, by_source)
 
             if load_kv_async:
                 # The blocks are held while the load runs; the request stays waiting (L1258-1287).
                 request.status = RequestStatus.WAITING_FOR_REMOTE_KVS
                 request.num_computed_tokens = num_computed_tokens
                 self._inflight_prefills[request] = None
+                self._set_kv_fetch_stage(request, KV_FETCH_IN_PROGRESS)
                 skip_request(queue)
                 continue
 
@@ -149,6 +170,7 @@ class WaitingPass(ConnectorPath, SpecDecodeMixin):
             token_budget -= num_new_tokens
             self.request_steps.set_running(request)
             request.num_computed_tokens = num_computed_tokens
+            self._set_kv_fetch_stage(request, None)
             self._note_padding(request, num_new_tokens, num_computed_tokens)
             if num_computed_tokens + num_new_tokens < request.num_tokens:
                 self._inflight_prefills[request] = None

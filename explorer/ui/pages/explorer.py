@@ -7,10 +7,11 @@ visible: the block pool, the free queue, the hash map, the block tables, the KV 
 the metrics. The sidebar holds the scenario picker, engine settings, the playground, files and
 presenter mode. The whole view lives in the URL, so a link opens the same step.
 
-The page never touches an engine: every rerun replays (cached per session) and renders a
-frozen snapshot. Its pieces sit beside it in explorer/ui/: explorer_session (the view in session
-state and the cached replays), explorer_callbacks, explorer_sidebar, explorer_stepper and
-explorer_panels (what it draws for a step).
+The page never touches an engine: a run replays (cached per session) and hands every step of the
+replay, drawn once (explorer.view.stage), to the stage component (explorer.ui.stage), which steps
+through them in the browser; the page runs again only when the scenario, a setting or an edit
+changes. Its pieces sit beside it in explorer/ui/: explorer_session (the view in session state and
+the cached replays), explorer_callbacks, explorer_sidebar and stage.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import streamlit as st
 
 from explorer.errors import BadInput
 from explorer.scenario.spec import Scenario
+from explorer.ui import stage
+from explorer.ui.classroom import join_box
 from explorer.ui.explorer_session import (
     K_ERRORS,
     K_NOTICE,
@@ -31,10 +34,10 @@ from explorer.ui.explorer_session import (
     set_view,
 )
 from explorer.ui.explorer_sidebar import sidebar
-from explorer.ui.explorer_stage import draw_stage
-from explorer.ui.state import DEFAULT_LESSON, Replayed, ViewState
+from explorer.ui.state import DEFAULT_LESSON, Replayed, ViewState, to_query
 from explorer.ui.style import page_css
-from explorer.ui.text import error, esc, toast
+from explorer.ui.text import caption, error, esc, toast
+from explorer.ui.vllm_switch import vllm_switch
 
 
 def render() -> None:
@@ -95,9 +98,38 @@ def render() -> None:
         f'<div class="px-title"><span class="px-title-main">{esc(title)}</span> '
         f'<span class="px-title-sub">{esc(trace.scenario.source)} · block size {eng.block_size} · {eng.num_blocks:,} blocks · {esc(seed)}</span></div>'
     )
+    vllm_switch(trace.scenario.vllm)
     if rep.error:
         error(f"The replay stopped: {rep.error}. The steps before it are shown.")
-    draw_stage(view.presenter)
+    if base is None:
+        return
+    n = len(trace.steps)
+    if not 0 <= view.step <= n or (view.block is not None and not 0 <= view.block < len(trace.initial.blocks)):
+        block = view.block if view.block is not None and 0 <= view.block < len(trace.initial.blocks) else None
+        view = view.with_(step=max(0, min(n, view.step)), block=block)  # a link past the replay's end
+        set_view(view)
+    if view.presenter:
+        with st.expander("Class address: a QR code for the room", key="px_x_join"):
+            join_box()
+    window = stage.window_input(trace)
+    try:
+        stage.draw(view, stage.trace_key(view), trace, base, window)
+    except BadInput as e:  # the drawn steps would be bigger than a view may hold
+        error(str(e))
+        return
+    _sync_url(view)
+
+
+def _sync_url(view: ViewState) -> None:
+    """The view's URL, written when more than the step or the open block differs (those two the
+    stage keeps in the URL itself as the browser steps)."""
+    q, warnings = to_query(view)
+    for w in warnings:
+        caption(w)
+    current = {k: st.query_params.get(k) for k in st.query_params}
+    moving = ("step", "block")
+    if {k: v for k, v in current.items() if k not in moving} != {k: v for k, v in q.items() if k not in moving}:
+        st.query_params.from_dict(q)
 
 
 # Streamlit runs a page file as __main__; importing it (a test calling render()) draws nothing.

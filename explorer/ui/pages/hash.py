@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from typing import TYPE_CHECKING
 
 import streamlit as st
 
@@ -15,6 +16,9 @@ from explorer.numbers import is_int
 from explorer.ui.state import UI_LIMITS
 from explorer.ui.style import CSS_PATH
 from explorer.ui.text import check_text, error, esc
+
+if TYPE_CHECKING:
+    from explorer.core.request import MultiModalFeature
 
 MAX_ROWS = 512
 K_SEED = "px_hash_drawn_seed"
@@ -29,7 +33,7 @@ def _tokenizer_available() -> bool:
         return False
 
 
-def parse_mm(text: str, num_tokens: int):
+def parse_mm(text: str, num_tokens: int) -> list[MultiModalFeature]:
     """`id:offset:length` items, comma separated, into sorted MultiModalFeatures."""
     from explorer.core.request import MultiModalFeature, check_mm_features
 

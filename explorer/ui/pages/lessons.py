@@ -12,9 +12,12 @@ import streamlit as st
 from explorer.errors import BadInput
 from explorer.scenario.parse import load_scenario
 from explorer.ui import bound
+from explorer.ui.address import follow
+from explorer.ui.classroom import browser_base_url, join_box
+from explorer.ui.course import Course, load_course
 from explorer.ui.explorer_session import open_link_params
 from explorer.ui.lesson_files import ENGINE_STEPS, MANAGER_OPS, LessonFile, list_lessons
-from explorer.ui.text import error, esc
+from explorer.ui.text import error, esc, md
 
 K_PICK = "lessons_pick"  # the lesson shown (its stem)
 W_PICK = "lessons_w_pick"  # the picker, bound to K_PICK (explorer.ui.bound)
@@ -71,6 +74,27 @@ def _on_pick(k: str) -> None:
         st.session_state[K_PICK] = st.session_state[k]
 
 
+def _course(by_stem: dict[str, LessonFile]) -> Course | None:
+    try:
+        course = load_course()
+    except (OSError, BadInput) as e:
+        error(f"The course file does not load: {e}")
+        return None
+    with st.expander("The course: a 45-minute and a 90-minute route", key="lessons_x_course"):
+        for route in course.routes:
+            st.markdown(f"**{md(route.title)}** ({course.route_minutes(route)} minutes)")
+            rows: dict[str, list[str | int]] = {"#": [], "lesson": [], "objective": [], "minutes": [], "builds on": []}
+            for i, stem in enumerate(route.lessons, start=1):
+                c = course.lessons[stem]
+                rows["#"].append(i)
+                rows["lesson"].append(by_stem[stem].title if stem in by_stem else stem)
+                rows["objective"].append(c.objective)
+                rows["minutes"].append(c.minutes)
+                rows["builds on"].append(", ".join(b[:2] for b in c.builds_on) or "-")
+            st.dataframe(rows, hide_index=True, width="stretch", key=f"lessons_route_{route.name}")
+    return course
+
+
 def render() -> None:
     st.title("Lessons")
     lessons = list_lessons()
@@ -98,7 +122,11 @@ def render() -> None:
             args=(k,),
             format_func=lambda s: f"{by_stem[s].title} · {by_stem[s].kind}",
         )
+        with st.expander("Class address: a QR code for the room", key="lessons_x_join"):
+            base = browser_base_url()
+            join_box(f"{base}?lesson={st.session_state[K_PICK]}" if base else None)
     lesson = by_stem[st.session_state[K_PICK]]
+    course = _course(by_stem)
 
     st.page_link(
         EXPLORER_PAGE,
@@ -111,6 +139,13 @@ def render() -> None:
         + esc(_KIND_TEXT.get(lesson.kind, ""))
         + "</div>"
     )
+    if course is not None and lesson.stem in course.lessons:
+        c = course.lessons[lesson.stem]
+        after = ", ".join(by_stem[b].title if b in by_stem else b for b in c.builds_on)
+        st.html(
+            f'<div class="px-lesson-objective"><b>Objective:</b> {esc(c.objective)} '
+            f"<span>· {c.minutes} minutes{' · builds on ' + esc(after) if after else ''}</span></div>"
+        )
     st.markdown(lesson.md.read_text(encoding="utf-8"))
     with st.expander("The scenario's steps, notes and checks"):
         st.caption(
@@ -134,6 +169,9 @@ def render() -> None:
             key="lessons_next",
             on_click=lambda: st.session_state.__setitem__(K_PICK, stems[i + 1]),
         )
+    # The address names the lesson shown, so a copied address opens this lesson, not the first one.
+    st.session_state[K_LAST_URL] = lesson.stem
+    follow({"lesson": lesson.stem})
 
 
 # Streamlit runs a page file as __main__; importing it (a test calling render()) draws nothing.

@@ -12,15 +12,18 @@ from pathlib import Path
 
 import streamlit as st
 
+from explorer.miss.sentence import REASON_LABELS
 from explorer.numbers import is_int
 from explorer.practice.generate import generate
 from explorer.practice.hit_value import hit_value_rows, load_measurements, max_hit_for, measured_summary
 from explorer.practice.hits import q_mistake
 from explorer.practice.interview import FOLLOW_UPS, MISTAKES, MISTAKES_BY_NAME, RUBRIC
 from explorer.practice.question import KIND_LABELS, KINDS, MAX_SEED, Question, Score, format_answer
+from explorer.practice.why_miss import CHOICES as WHY_CHOICES
 from explorer.scenario.cli import describe_step
 from explorer.scenario.write import scenario_to_toml
 from explorer.ui import bound
+from explorer.ui.address import follow
 from explorer.ui.explorer_session import open_link_params
 from explorer.ui.lesson_files import lesson_title
 from explorer.ui.text import error, success
@@ -143,6 +146,15 @@ def _question_block() -> None:
     if q.answer_format == "bool":
         st.radio(
             "Your answer", ["yes", "no"], index=None, key=answer_key, horizontal=True, disabled=revealed is not None
+        )
+    elif q.answer_format == "reason":  # why_miss: one of the reasons a lookup's record gives
+        st.radio(
+            "Your answer",
+            list(WHY_CHOICES),
+            index=None,
+            key=answer_key,
+            format_func=lambda r: f"{r}: {REASON_LABELS[r]}",
+            disabled=revealed is not None,
         )
     else:
         st.text_input("Your answer", key=answer_key, placeholder=q.input_hint, disabled=revealed is not None)
@@ -351,6 +363,11 @@ def render() -> None:
     _interview()
     st.divider()
     _value_of_a_hit()
+    # The address names the question shown: a copied address opens this question, not the first one.
+    params = {"seed": str(int(st.session_state[K_SEED]))}
+    if st.session_state[K_KIND] != ANY:
+        params["kind"] = st.session_state[K_KIND]
+    follow(params)
 
 
 # Streamlit runs a page file as __main__; importing it (a test calling render()) draws nothing.

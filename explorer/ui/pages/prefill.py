@@ -13,6 +13,7 @@ import importlib.util
 import os
 import secrets
 import statistics
+from typing import TYPE_CHECKING
 
 import streamlit as st
 
@@ -27,7 +28,11 @@ from explorer.prefill.estimate import (
     walkthrough_table,
 )
 from explorer.prefill.validate import DEVICES, check_settings, max_hit
+from explorer.ui.heavy import heavy_turn
 from explorer.ui.text import error
+
+if TYPE_CHECKING:
+    from explorer.prefill.model import PagedLlama
 
 K_LAST = "pf_last"  # settings of the last single measurement shown (and its run number)
 K_RUNS = "pf_runs"  # how many times Measure was pressed in this session
@@ -64,7 +69,7 @@ def _capabilities() -> dict:
 
 
 @st.cache_resource(show_spinner=False, max_entries=2)
-def _model(name: str, device: str):
+def _model(name: str, device: str) -> PagedLlama:
     from explorer.prefill.measure import default_dtype
     from explorer.prefill.weights import load_model
 
@@ -130,6 +135,11 @@ def spread_note(r: dict) -> tuple[str, str | None]:
 def _measure_many(cases: list[tuple]) -> list[dict]:
     """Measure each case (name, device, prompt, hit, repeats[, run]); cached ones return at once,
     under a progress bar."""
+    with heavy_turn("measurement"):
+        return _measure_each(cases)
+
+
+def _measure_each(cases: list[tuple]) -> list[dict]:
     bar = st.progress(0.0, text="starting")
     out = []
     try:

@@ -1,7 +1,9 @@
 """Page: replay a request trace and see what cache size and eviction policy do to the hit rate.
 
 The sweep runs in a worker process, so other browser sessions stay responsive on a small
-machine, and Cancel terminates it. The worker is a fresh interpreter (``python -m
+machine, and Cancel terminates it. The worker runs the grid as `explorer sweep` does
+(`explorer.traffic.ray_sweep`): a local Ray instance, the trace hashed once and shared, one task
+per cell on every core, progress counted in finished cells. The worker is a fresh interpreter (``python -m
 explorer.traffic.worker``: one JSON job on stdin, JSON lines back; started and stopped by
 `explorer.ui.replay_worker`), not a multiprocessing spawn: spawn re-runs the parent's
 ``__main__``, which under Streamlit is the app script itself. A thread per job reads the
@@ -13,7 +15,6 @@ keys starting with ``replay_``: one job per browser session.
 
 from __future__ import annotations
 
-import base64
 import queue as queue_mod
 import time
 from typing import Any
@@ -21,19 +22,29 @@ from typing import Any
 import streamlit as st
 
 from explorer.errors import BadInput
-from explorer.traffic.results import UI_MAX_NUM_BLOCKS
 from explorer.traffic.scheduled import MAX_BATCHED_TOKENS, SCHEDULERS
-from explorer.traffic.sweep import POLICIES, SEQUENTIAL, UI_MAX_BLOCKS_HASHED, parse_sizes
-from explorer.traffic.trace import UI_MAX_TRACE_BYTES, parse_trace_bytes, shipped_trace_path
+from explorer.traffic.sweep import POLICIES, SEQUENTIAL
+from explorer.traffic.trace import UI_MAX_TRACE_BYTES
 from explorer.ui import kept
+from explorer.ui.replay_grid import UI_MAX_CELLS, build_job, cut
 from explorer.ui.replay_worker import start_worker, stop_worker
 from explorer.ui.text import caption, error, info, md
 from explorer.viz.replay import (
     POLICY_LABELS,
     SKIPPED_HELP,
+    block_sizes,
     hit_rate_vs_cache_size,
     hits_over_time,
+    in_tokens,
     results_table,
+    scheduler_name,
+)
+from explorer.viz.replay_bounds import (
+    add_bounds,
+    largest_reason_line,
+    miss_reasons_by_size,
+    reason_shares,
+    reasons_policy,
 )
 
 SHIPPED = "Mooncake synthetic trace (shipped)"
@@ -53,7 +64,9 @@ concurrently through vLLM's scheduler loop, mirrored (checked against vLLM's own
 arrive at their timestamps, one engine step per 20 ms of trace time, and each generates its
 output_length tokens. **lru** and **unbounded** are small simulators over the same block hashes,
 *not* vLLM: plain least-recently-used eviction in token order, and a cache that never evicts
-(the ceiling).
+(the ceiling). Every block size, policy and cache size (and, for the scheduler, each scheduler
+picked) is one cell; the cells run in parallel on a local Ray instance, as `python -m explorer
+sweep` runs them, with the trace hashed once per block size.
 """
 
 
@@ -113,49 +126,6 @@ def _cancel() -> None:
     _state()[NOTICE] = "Replay cancelled."
 
 
-def _build_job(
-    source: str,
-    upload: Any,
-    block_size: int,
-    sizes_text: str,
-    limit: int,
-    policies: list[str],
-    outputs: bool,
-    scheduler: str,
-    max_num_batched_tokens: int,
-) -> dict[str, Any]:
-    """Check the inputs (BadInput on anything wrong) and describe the worker's job."""
-    sizes = parse_sizes(sizes_text)
-    if max(sizes) > UI_MAX_NUM_BLOCKS:
-        raise BadInput(f"cache sizes: {max(sizes):,} blocks is more than this page's limit of {UI_MAX_NUM_BLOCKS:,}")
-    if not policies:
-        raise BadInput("pick at least one policy")
-    lim = int(limit) or None
-    job: dict[str, Any] = {
-        "limit": lim,
-        "max_bytes": UI_MAX_TRACE_BYTES,
-        "block_size": int(block_size),
-        "sizes": sizes,
-        "policies": policies,
-        "outputs": outputs,
-        "scheduler": scheduler,
-        "max_num_batched_tokens": int(max_num_batched_tokens),
-        "max_num_blocks": UI_MAX_NUM_BLOCKS,
-        "max_blocks_hashed": UI_MAX_BLOCKS_HASHED,
-    }
-    if source == UPLOAD:
-        if upload is None:
-            raise BadInput("upload a trace first (JSON lines in Mooncake's format)")
-        if upload.size > UI_MAX_TRACE_BYTES:
-            raise BadInput(f"{upload.name}: {upload.size:,} bytes is more than the {UI_MAX_TRACE_BYTES:,}-byte limit")
-        data = upload.getvalue()
-        parse_trace_bytes(data, upload.name, lim, UI_MAX_TRACE_BYTES)  # bad input shows at once
-        job.update(trace_b64=base64.b64encode(data).decode("ascii"), source=upload.name)
-    else:
-        job.update(trace_path=str(shipped_trace_path()), source=shipped_trace_path().name)
-    return job
-
-
 @st.fragment(run_every=POLL_S)
 def _progress_panel() -> None:
     job = _state().get(JOB)
@@ -173,13 +143,24 @@ def _progress_panel() -> None:
 
 def _results(res: dict[str, Any]) -> None:
     runs = res["results"]
+    bss = block_sizes(res)
+    what = f"block size {bss[0]}" if len(bss) == 1 else f"block sizes {', '.join(map(str, bss))}"
     caption(
-        f"{res['requests']:,} requests, {res['prompt_tokens']:,} prompt tokens, block size {res['block_size']}"
+        f"{res['requests']:,} requests, {res['prompt_tokens']:,} prompt tokens, {what}, {len(runs):,} cells"
         + (", with outputs" if res["outputs"] else "")
-        + f"; replayed at {res['tokens_per_s']:,.0f} prompt tokens/s ({res['hash_seconds']:.1f} s hashing, once)"
+        + f"; replayed at {res['tokens_per_s']:,.0f} prompt tokens/s ({res['hash_seconds']:.1f} s hashing, once"
+        + (" per block size)" if len(bss) > 1 else ")")
     )
-    st.plotly_chart(hit_rate_vs_cache_size(res), key="replay_fig_size")
-    sizes = sorted({r["num_blocks"] for r in runs if r["num_blocks"] is not None})
+    st.plotly_chart(add_bounds(hit_rate_vs_cache_size(res), res), key="replay_fig_size")
+    if in_tokens(res):
+        caption(
+            "Cache size in tokens (blocks x block size): N blocks of 32 tokens hold as much KV as 2N blocks of 16, "
+            "so only tokens, the memory a cache takes, compare block sizes. Each line is one policy at one "
+            "block size" + (" and scheduler" if len(res.get("schedulers") or []) > 1 else "") + "."
+        )
+    one = _pick_one(res, bss)
+    _reasons(one)
+    sizes = sorted({r["num_blocks"] for r in one["results"] if r["num_blocks"] is not None})
     chosen = None
     if len(sizes) > 1:
         chosen = st.selectbox(
@@ -190,9 +171,39 @@ def _results(res: dict[str, Any]) -> None:
             key="replay_time_size",
         )
     window = min(100, max(1, res["requests"] // 10 or 1))
-    st.plotly_chart(hits_over_time(res, chosen, window), key="replay_fig_time")
+    st.plotly_chart(hits_over_time(one, chosen, window), key="replay_fig_time")
     st.dataframe(results_table(runs), hide_index=True)
     caption(SKIPPED_HELP[0].upper() + SKIPPED_HELP[1:] + ".")
+
+
+def _pick_one(res: dict[str, Any], bss: list[int]) -> dict[str, Any]:
+    """The block size (and scheduler) the missed-tokens part and the time plot show: they draw
+    one at a time, so with several a selectbox picks it."""
+    bs = bss[0]
+    scheds = sorted({s for r in res["results"] if (s := scheduler_name(r))})
+    if len(bss) == 1 and len(scheds) < 2:
+        return cut(res, bs, None)
+    c1, c2 = st.columns(2)
+    if len(bss) > 1:
+        bs = c1.selectbox(
+            "Block size for the missed tokens and the time plot", bss, format_func=str, key="replay_show_bs"
+        )
+    sched = None
+    if len(scheds) > 1:
+        sched = c2.selectbox("Scheduler for the missed tokens and the time plot", scheds, key="replay_show_sched")
+    return cut(res, int(bs), sched)
+
+
+def _reasons(res: dict[str, Any]) -> None:
+    """Why the engine's replay missed at each size (design section 14), and its largest reason."""
+    policy = reasons_policy(res)
+    if policy is None:
+        return
+    with st.container(key="replay_why"):
+        st.markdown(md(largest_reason_line(res, policy)))
+        st.plotly_chart(miss_reasons_by_size(res, policy), key="replay_fig_reasons")
+        with st.expander("Each reason's share of the missed tokens, per cache size"):
+            st.dataframe(reason_shares([r for r in res["results"] if r["policy"] == policy]), hide_index=True)
 
 
 RULES = """
@@ -200,6 +211,9 @@ RULES = """
   *N - 1* blocks of KV. A request that could not fit even in an empty cache (its prompt, plus
   with outputs every output token but the last, over *N - 1* blocks) is skipped: it still
   counts in the prompt tokens, with no hit.
+- **Block sizes**: with several, the chart's cache size is in tokens (*N* blocks x block size,
+  the KV memory the cache takes): *N* blocks of 32 tokens hold as much as *2N* blocks of 16, so
+  blocks would not compare them. The table gives both.
 - **Hit rate** is hit tokens / prompt tokens over every request. A lookup never covers a
   prompt's last token (the model must compute at least one), so a fully cached prompt
   recomputes its last block.
@@ -212,6 +226,14 @@ RULES = """
   prompts and preempting when blocks run out. Each request generates output_length tokens of 0
   (always, whatever "Generate outputs" says) and holds its blocks until it finishes; others can
   hit them meanwhile. Its hit is what vLLM reports per request (num_cached_tokens).
+- **Bounds**: beside vLLM, *Belady's MIN* is the hit an eviction policy that knew the future
+  would get with the same number of blocks (one request at a time, every block hash referenced
+  in order, the resident hash used farthest in the future evicted), and the *infinite cache*
+  one that never evicts. Neither is vLLM; vLLM's hit lies at or under both.
+- **Missed tokens by reason**: each lookup's missed tokens, sorted by the first rule that holds:
+  never seen before (no cache size helps), evicted (a bigger cache would keep them), the
+  partial block or the last full block a lookup never covers, a request too big for the cache
+  (skipped), and with the scheduler a prefix still being computed by another running request.
 - The shipped trace is Mooncake's synthetic trace (3,993 requests, 61M prompt tokens); its
   whole replay at block size 16 takes minutes, so start with a few hundred requests.
 """
@@ -219,7 +241,7 @@ RULES = """
 
 KEPT = "replay_kept"  # the settings across a visit to another page (explorer.ui.kept)
 KEPT_KEYS = tuple(
-    f"replay_{k}" for k in ("source", "block_size", "limit", "sizes", "policies", "outputs", "scheduler", "budget")
+    f"replay_{k}" for k in ("source", "block_sizes", "limit", "sizes", "policies", "outputs", "schedulers", "budget")
 )
 
 
@@ -248,8 +270,13 @@ def _render() -> None:
             disabled=running,
         )
     c1, c2, c3 = st.columns(3)
-    block_size = c1.number_input(
-        "Block size (tokens)", min_value=1, max_value=4096, value=16, step=1, key="replay_block_size", disabled=running
+    block_sizes_text = c1.text_input(
+        "Block sizes (tokens)",
+        value="16",
+        key="replay_block_sizes",
+        disabled=running,
+        help=f"Comma-separated, e.g. 16, 32, 64: every block size with every cache size and policy "
+        f"(at most {UI_MAX_CELLS} cells). The trace is hashed once per block size.",
     )
     limit = c2.number_input(
         "Requests to replay (0 = all)",
@@ -262,7 +289,7 @@ def _render() -> None:
     )
     sizes_text = c3.text_input(
         "Cache sizes (blocks)",
-        value="1000, 5000, 20000, 100000",
+        value="1000, 2000, 5000, 10000, 20000, 50000, 100000, 200000",
         key="replay_sizes",
         disabled=running,
         help="Comma-separated; block 0 is the null block.",
@@ -283,7 +310,14 @@ def _render() -> None:
         help="Each request also decodes output_length tokens of 0, holding more blocks.",
     )
     no_sched = running or "scheduler" not in policies
-    scheduler = c5.selectbox("Scheduler", list(SCHEDULERS), key="replay_scheduler", disabled=no_sched)
+    schedulers = c5.multiselect(
+        "Schedulers",
+        list(SCHEDULERS),
+        default=["async"],
+        key="replay_schedulers",
+        disabled=no_sched,
+        help="async: AsyncScheduler (vLLM's default); sync: Scheduler. Both: each cache size runs under each.",
+    )
     budget = c6.number_input(
         "Token budget per step (max_num_batched_tokens)",
         min_value=64,
@@ -297,15 +331,15 @@ def _render() -> None:
     if not running:
         if st.button("Run replay", type="primary", key="replay_run"):
             try:
-                job = _build_job(
-                    source,
+                job = build_job(
+                    source == UPLOAD,
                     upload,
-                    int(block_size),
+                    str(block_sizes_text),
                     sizes_text,
                     int(limit),
                     list(policies),
                     bool(outputs),
-                    str(scheduler),
+                    [str(x) for x in schedulers],
                     int(budget),
                 )
             except BadInput as e:

@@ -28,6 +28,7 @@ from explorer.router.share import decode_share
 from explorer.router.simulate import ask, simulate
 from explorer.traffic.trace import UI_MAX_TRACE_BYTES
 from explorer.ui import kept
+from explorer.ui.heavy import heavy_turn
 from explorer.ui.router_controls import (
     CONTROL_KEYS,
     KEPT,
@@ -51,6 +52,7 @@ from explorer.ui.router_controls import (
 from explorer.ui.router_share import share
 from explorer.ui.text import error, md, success, warning
 from explorer.viz import router as V
+from explorer.viz.router_available import achieved_vs_available, gap_sentence
 
 PRESET = "router_preset"
 TOML = "router_toml"
@@ -220,7 +222,7 @@ def _run(cfg: FleetConfig, trace: bytes | None, trace_name: str) -> FleetResult 
         cache.move_to_end(key)
         return cache[key]
     try:
-        with st.spinner("Running the fleet under every policy..."):
+        with heavy_turn("fleet run"), st.spinner("Running the fleet under every policy..."):
             result = simulate(cfg, trace, trace_name)
     except BadInput as e:
         error(str(e))
@@ -274,6 +276,9 @@ def _plots(result: FleetResult) -> None:
     c1.plotly_chart(_fig(result, "hit", lambda: V.hit_rate_by_policy(result)), key="router_fig_hit")
     c2.plotly_chart(_fig(result, "prefill", lambda: V.prefill_time(result)), key="router_fig_prefill")
     st.plotly_chart(_fig(result, "cum", lambda: V.cumulative_hit_rate(result)), key="router_fig_cumulative")
+    with st.container(key="router_available"):  # achieved against available (design section 14)
+        st.markdown(md(gap_sentence(result)))
+        st.plotly_chart(_fig(result, "avail", lambda: achieved_vs_available(result)), key="router_fig_available")
     st.selectbox(
         "Per instance", list(V.PER_INSTANCE_METRICS), key=W_METRIC, format_func=lambda m: V.PER_INSTANCE_METRICS[m][0]
     )

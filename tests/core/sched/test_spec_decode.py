@@ -14,6 +14,8 @@ from explorer.core.kv_cache_utils import get_request_block_hasher
 from explorer.core.request import Request
 from explorer.core.sched.config import SchedulerConfig
 from explorer.core.sched.engine_core import make_engine_core
+from explorer.core.sched.kv_connector.base import KVTransferConfig
+from explorer.core.sched.kv_connector.static import StaticConnector
 from explorer.core.sched.speculative import SpeculativeConfig
 from tests.core.invariants import check_invariants
 
@@ -60,8 +62,7 @@ def test_multi_module_mtp_reads_k_prefill_tokens_ahead_and_needs_blocks_that_hol
     ("kwargs", "message"),
     [
         (dict(max_num_batched_tokens=1, max_num_seqs=1, speculative=("draft_model", 2)), "not enough slots"),
-        (dict(async_scheduling=True, speculative=("eagle", 2)), "async scheduler is not modelled"),
-        (dict(long_prefill_token_threshold=2, speculative=("eagle", 2)), "asserts"),
+        (dict(async_scheduling=True, speculative=("ngram", 2)), "vLLM refuses async scheduling with 'ngram'"),
     ],
 )
 def test_settings_vllm_or_the_mirror_refuse(kwargs, message):
@@ -213,3 +214,34 @@ def test_each_update_reports_its_verified_drafts_in_spec_decoding_stats():
     sd = stats.spec_decoding_stats
     assert (sd.num_drafts, sd.num_draft_tokens, sd.num_accepted_tokens) == (2, 5, 5)
     assert sd.num_accepted_tokens_per_pos == [2, 2, 1] and sd.num_draft_tokens_per_pos == [2, 2, 1]
+
+
+def test_the_async_scheduler_refuses_drafts_with_a_kv_connector():
+    with pytest.raises(ConfigError, match="async scheduler and a KV connector is not modelled"):
+        make_engine_core(
+            KVCacheManager(16, use_eagle=True, num_prefill_lookahead=1),
+            SchedulerConfig(async_scheduling=True, speculative_config=SpeculativeConfig("eagle", 3)),
+            connector=StaticConnector(KVTransferConfig()),
+        )
+
+
+def test_the_async_scheduler_holds_placeholder_drafts_and_counts_them_in_flight():
+    """async_scheduler.py:25-57: a request that samples leaves k -1 drafts for its next step and
+    1 + its scheduled drafts as output placeholders; the next batch is planned before the
+    output, as if every draft in flight were accepted."""
+    core = make_engine_core(
+        KVCacheManager(64, 16, use_eagle=True, num_prefill_lookahead=1),
+        SchedulerConfig(async_scheduling=True, speculative_config=SpeculativeConfig("eagle", 3)),
+    )
+    hasher = get_request_block_hasher(16, init_none_hash("sha256", None))
+    req = Request("R", list(range(30)), hasher, max_tokens=10)
+    core.add_request(req, list(range(500, 510)), accepted=[2])
+    core.step_fn()  # the prefill: queued, no update yet
+    assert (req.num_computed_tokens, req.num_output_placeholders, req.spec_token_ids) == (30, 1, [-1, -1, -1])
+    step = core.step_fn()  # 1 + 3 placeholder drafts, then the prefill's update
+    assert step.scheduler_output is not None
+    assert step.scheduler_output.scheduled_spec_decode_tokens == {"R": [-1, -1, -1]}
+    assert (req.num_computed_tokens, req.num_output_placeholders, req.output_token_ids) == (34, 4, [500])
+    core.step_fn()  # planned as if all 3 were accepted (38); batch 2's update: 2 accepted, 1 rolled back
+    assert (req.num_computed_tokens, req.num_output_placeholders) == (37, 4)
+    assert req.output_token_ids == [500, 501, 502, 503]

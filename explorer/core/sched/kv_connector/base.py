@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from explorer.core.events import KVCacheEvent
+from explorer.core.metrics import EXTERNAL_UNSPECIFIED
 from explorer.core.sched.output import KVConnectorOutput, OffloadingConnectorStats, SchedulerOutput
 
 if TYPE_CHECKING:
@@ -47,8 +48,17 @@ class KVTransferConfig:
 class KVConnectorBase:
     """The scheduler-side interface, with vLLM's defaults."""
 
+    # The tier this connector's hits count under in 0.33.0's prompt_tokens_cached_by_source
+    # (base.py:184-186 in 0.33.0: unattributed unless a connector says otherwise).
+    cache_hit_source = EXTERNAL_UNSPECIFIED
+
     def __init__(self, config: KVTransferConfig) -> None:
         self.config = config
+
+    def get_external_cache_hit_sources(self, request: Request, num_external_tokens: int) -> dict[str, int]:
+        """``num_external_tokens`` split by the tier that supplied them, once the load plan
+        exists (0.33.0, base.py:550-566): all of them under ``cache_hit_source``."""
+        return {self.cache_hit_source: num_external_tokens} if num_external_tokens else {}
 
     @property
     def requires_kv_delivery(self) -> bool:
@@ -62,6 +72,11 @@ class KVConnectorBase:
 
     def on_new_request(self, request: Request) -> None:
         return None
+
+    def still_tracks(self, request_id: str) -> bool:
+        """Whether state of an earlier request with this id is still held (a new request with
+        the id would meet it: vLLM's connectors key their state by request id)."""
+        return False
 
     def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int | None, bool]:
         """(tokens the connector holds past ``num_computed_tokens``, load asynchronously?);

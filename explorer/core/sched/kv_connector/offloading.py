@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from explorer.core.errors import SchedulingError
 from explorer.core.events import BlockRemoved, BlockStored, KVCacheEvent
 from explorer.core.hashing import BlockHash, maybe_convert_block_hash
 from explorer.core.request import RequestStatus
@@ -132,6 +133,10 @@ class OffloadingConnector(KVConnectorBase):
         self.manager.on_new_request(ctx)
         self._req_status[request.request_id] = RequestOffloadState(request, ctx)
 
+    def still_tracks(self, request_id: str) -> bool:
+        """A finished request's state lives until its last stores complete (its next step)."""
+        return request_id in self._req_status
+
     def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int | None, bool]:
         st = self._req_status[request.request_id]
         st.block_ids.clear()
@@ -206,6 +211,16 @@ class OffloadingConnector(KVConnectorBase):
             if rid in resumed:
                 st.block_ids.clear()
             st.block_ids.extend(so.new_block_ids.get(rid, ()))
+        for rid in so.preempted_req_ids:
+            # vLLM flushes a preempted request's jobs and asserts they are stores
+            # (offloading/scheduler.py:1788-1794): a request the reset preempted that loads
+            # from the CPU tier in the same schedule trips it. Refused, as vLLM cannot run it.
+            pending = self._req_status.get(rid)
+            if pending is not None and any(not self._jobs[j].is_store for j in pending.transfer_jobs):
+                raise SchedulingError(
+                    f"request {rid!r} was preempted (by a reset with running) and loads from the CPU "
+                    "tier in the same step: vLLM's offloading connector asserts there"
+                )
         meta = OffloadingMetadata(self._current_batch_load_jobs, self._build_store_jobs(so))
         for rid in so.finished_req_ids:
             st_or_none = self._req_status.get(rid)

@@ -1,0 +1,95 @@
+"""The vLLM release the engine follows: 0.31.0 (the reference) or 0.33.0 (design section 15).
+
+The two releases share every class here. Each measured difference between them (the drift
+list of 0.31.0 -> 0.33.0) is one named switch of a `VllmRelease`, a frozen profile the engine
+is built with and passes down; code that differs asks the switch, never the version string, so
+a reader finds every place a release changes behaviour by the switch's name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from explorer.core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class VllmRelease:
+    version: str
+    # 1. EAGLE-family hashes cover the token after each block (num_hash_lookahead_tokens,
+    #    config/vllm.py:677-692 in 0.33.0): a block is hashed once its next token exists, its
+    #    extra keys become (E, next token), BlockStored gains lookahead_token_ids, and the hit
+    #    drop is gone.
+    eagle_lookahead_hashes: bool
+    # 2. Caching when sampled tokens arrive runs in Scheduler.update_from_output for the async
+    #    scheduler OR any speculative decoding (scheduler.py:2403-2415 in 0.33.0), not only in
+    #    AsyncScheduler._update_request_with_output (async_scheduler.py:59-78 in 0.31.0).
+    cache_on_token_arrival_with_drafts: bool
+    # 3. The offloading connector's CPU tier ranks chunks per request (request, -position) and
+    #    refreshes them on access (LRUCachePolicy._get_request_rank,
+    #    kv_offload/cpu/policies/lru.py:51-61, 108-152 in 0.33.0).
+    request_scoped_cpu_lru: bool
+    # 4. A hash block size (prefix_match_unit) different from the block size with one group
+    #    is refused, since 0.32 (kv_cache_utils.py:843-857 in 0.33.0).
+    refuse_hash_block_size_one_group: bool
+    # 5. The metric families added since 0.32 (prompt_tokens_cached_by_source,
+    #    admission_rejections, ...) and 0.33's cache_config_info labels.
+    cached_by_source_metrics: bool
+    # 6. A full-attention group whose blocks are larger than the hash block registers the
+    #    prompt's partial tail at (num_prompt - 1) rounded down to the hash block (num_prompt
+    #    with EAGLE), capped by the hashes the request has (_cache_partial_tail_block,
+    #    single_type_kv_cache_manager.py:869-896 in 0.33.0; num_prompt in 0.31.0).
+    partial_tail_below_last_token: bool
+    # 7. cache_blocks caches only the full blocks the request has hashes for, whatever the
+    #    method (single_type_kv_cache_manager.py:501-503 in 0.33.0; 0.31.0 takes every full
+    #    block of num_tokens, single_type_kv_cache_manager.py:501). It matters where caching
+    #    at token arrival is asked past the request's tokens: a verify step that accepted
+    #    drafts beyond max_tokens leaves num_computed_tokens above the trimmed token count.
+    cache_capped_by_hashes: bool
+    # 8. A request that stops inside a step's tokens (a verify step past max_tokens) drops
+    #    the trimmed tokens from num_computed_tokens, so it counts every kept token but the
+    #    last, and its output placeholders are resolved by all the tokens returned, trimmed
+    #    ones included (scheduler.py:2752-2769 in 0.33.0; 0.31.0 only trims the list in
+    #    _update_request_with_output, scheduler.py:2442-2451, and the AsyncScheduler's override
+    #    resolves the kept ones, async_scheduler.py:67-70).
+    trim_computed_at_stop: bool
+    # Not a behaviour but a gap: a KV connector with speculative decoding under the sync
+    # scheduler replays differently from 0.33.0's Scheduler (it schedules more requests in a
+    # step) for a cause not yet found, so the engine refuses that combination under it.
+    models_kv_connector_with_sync_drafts: bool
+
+
+VLLM_0_31 = VllmRelease(
+    version="0.31.0",
+    eagle_lookahead_hashes=False,
+    cache_on_token_arrival_with_drafts=False,
+    request_scoped_cpu_lru=False,
+    refuse_hash_block_size_one_group=False,
+    cached_by_source_metrics=False,
+    partial_tail_below_last_token=False,
+    cache_capped_by_hashes=False,
+    trim_computed_at_stop=False,
+    models_kv_connector_with_sync_drafts=True,
+)
+VLLM_0_33 = VllmRelease(
+    version="0.33.0",
+    eagle_lookahead_hashes=True,
+    cache_on_token_arrival_with_drafts=True,
+    request_scoped_cpu_lru=True,
+    refuse_hash_block_size_one_group=True,
+    cached_by_source_metrics=True,
+    partial_tail_below_last_token=True,
+    cache_capped_by_hashes=True,
+    trim_computed_at_stop=True,
+    models_kv_connector_with_sync_drafts=False,
+)
+RELEASES: dict[str, VllmRelease] = {r.version: r for r in (VLLM_0_31, VLLM_0_33)}
+DEFAULT_VLLM = VLLM_0_31.version
+
+
+def vllm_release(version: str) -> VllmRelease:
+    """The profile of ``version``; anything but a modelled release is a configuration error."""
+    release = RELEASES.get(version)
+    if release is None:
+        raise ConfigError(f"unknown vLLM version {version!r} (modelled: {', '.join(RELEASES)})")
+    return release

@@ -1,0 +1,1 @@
+"""Why a lookup missed (design section 14): the reasons, from what the core reported."""

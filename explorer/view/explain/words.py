@@ -1,0 +1,48 @@
+"""Number words and request lookups shared by the sentence builders (``counted`` is the one
+pluralisation rule, explorer.numbers')."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from explorer.numbers import counted
+from explorer.scenario.cli import id_ranges
+from explorer.scenario.trace import RequestView, Step, Trace
+
+__all__ = ["blocks_text", "counted", "ids_text", "new_blocks", "request_at", "tail_words"]
+
+
+def blocks_text(count: int) -> str:
+    return counted(count, "block")
+
+
+def ids_text(ids: Iterable[int]) -> str:
+    """Block ids with runs of consecutive ids shortened ("1-3, 7-5"), or "none"."""
+    items = list(ids)
+    if not items:
+        return "none"
+    return id_ranges(items)[1:-1]
+
+
+def request_at(trace: Trace, k: int, rid: str | None) -> RequestView | None:
+    """The request's view after step k, or (if it finished) before it."""
+    if rid is None:
+        return None
+    snap = trace.snapshot_at(k)
+    r = snap.request(rid)
+    if r is None and k > 0:
+        r = trace.snapshot_at(k - 1).request(rid)
+    return r
+
+
+def tail_words(n: int, bs: int) -> str:
+    tail = n % bs
+    if tail == 0:
+        return f"no partial tail ({n:,} is a multiple of {bs})"
+    return f"a partial tail of {counted(tail, 'token')} that gets no hash"
+
+
+def new_blocks(step: Step, request_id: str | None = None) -> list[int]:
+    """The blocks the step's allocations popped, in pop order, as the pool reported them: every
+    group's (``new_block_ids`` is the first group's alone); only ``request_id``'s if given."""
+    return [b for rid, b in step.popped if request_id is None or rid == request_id]

@@ -1,0 +1,123 @@
+"""Block-level facts derived from a trace's snapshots (pure, no Streamlit).
+
+- `changed_blocks(trace, k)`: the blocks step k changed (ref_cnt, hash, or touched by the op).
+- `block_history(trace, block_id)`: who held a block and when it got and lost its hash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from explorer.scenario.trace import Snapshot, Trace
+
+
+def changed_blocks(trace: Trace, k: int) -> set[int]:
+    """Blocks whose state step k changed, plus every block the op handled."""
+    if k <= 0:
+        return set()
+    step = trace.steps[k - 1]
+    before = trace.snapshot_at(k - 1).blocks
+    after = trace.snapshot_at(k).blocks
+    out = {i for i, (a, b) in enumerate(zip(before, after)) if a != b}
+    out.update(step.new_block_ids or ())
+    out.update(step.touched)
+    out.update(f.block_id for f in step.freed)
+    out.update(b for b, _ in step.evicted)
+    out.update(c.block_id for c in step.cached)
+    out.discard(0)
+    return out
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    step: int  # 1-based step number
+    label: str  # "admit B1"
+    text: str  # what happened to the block
+
+
+def _holders(snap: Snapshot, block_id: int) -> dict[str, int]:
+    """request id -> position of the block in its block table."""
+    out = {}
+    for r in snap.requests:
+        with contextlib.suppress(ValueError):
+            out[r.request_id] = r.block_ids.index(block_id)
+    return out
+
+
+def holders_by_step(trace: Trace) -> list[dict[int, dict[str, int]]]:
+    """For each snapshot (0 = before the first step): block id -> request id -> the block's
+    position in that request's table; one pass, for the histories of many blocks."""
+    out: list[dict[int, dict[str, int]]] = []
+    for k in range(len(trace.steps) + 1):
+        by_block: dict[int, dict[str, int]] = {}
+        for r in trace.snapshot_at(k).requests:
+            for pos, b in enumerate(r.block_ids):
+                by_block.setdefault(b, {}).setdefault(r.request_id, pos)
+        out.append(by_block)
+    return out
+
+
+def block_history(
+    trace: Trace,
+    block_id: int,
+    holders_at: list[dict[int, dict[str, int]]] | None = None,
+    changed_at: list[set[int]] | None = None,
+) -> list[HistoryEntry]:
+    """Every step that changed the block, oldest first. For the histories of many blocks give
+    ``holders_at`` (``holders_by_step(trace)``) and ``changed_at`` (``changed_blocks(trace, k)``
+    for every k): a step that did not change the block nor its holders is then skipped unread."""
+    if not 0 <= block_id < len(trace.initial.blocks):
+        return []
+
+    def held(k: int, snap: Snapshot) -> dict[str, int]:
+        return dict(holders_at[k].get(block_id, {})) if holders_at is not None else _holders(snap, block_id)
+
+    out: list[HistoryEntry] = []
+    prev = trace.initial
+    prev_holders = held(0, prev)
+    for k, step in enumerate(trace.steps, start=1):
+        snap = trace.snapshot_at(k)
+        unchanged = changed_at is not None and holders_at is not None and block_id not in changed_at[k]
+        if unchanged and holders_at is not None and holders_at[k].get(block_id) == holders_at[k - 1].get(block_id):
+            prev, prev_holders = snap, held(k, snap)
+            continue
+        rc0, h0 = prev.blocks[block_id]
+        rc1, h1 = snap.blocks[block_id]
+        holders = held(k, snap)
+        op = step.op
+        label = f"{op.op} {op.id}" if op.id is not None else op.op
+        what: list[str] = []
+        evicted = next((h for b, h in step.evicted if b == block_id), None)
+        if evicted is not None:
+            what.append(f"popped while still cached: lost hash {evicted.hex()[:12]}... (evicted, BlockRemoved)")
+        elif h0 is not None and h1 != h0:
+            why = "cache reset (AllBlocksCleared)" if op.op == "reset" else "evicted"
+            what.append(f"lost hash {h0.hex()[:12]}... ({why})")
+        for rid in holders.keys() - prev_holders.keys():
+            pos = holders[rid]
+            if block_id in step.touched:
+                how = "cache hit, taken out of the free queue" if rc0 == 0 else "cache hit, now shared"
+            elif block_id in (step.new_block_ids or ()):
+                how = "popped from the free queue head"
+            else:
+                how = "allocated"
+            what.append(f"taken by {rid} as its block {pos} ({how})")
+        cached = next((c for c in step.cached if c.block_id == block_id), None)
+        if h1 is not None and h1 != h0 and cached is not None:
+            dup = f"; duplicate of #{', #'.join(map(str, cached.duplicate_of))}" if cached.duplicate_of else ""
+            what.append(f"got hash {h1.hex()[:12]}... as block {cached.index} of {op.id} (BlockStored{dup})")
+        for rid in prev_holders.keys() - holders.keys():
+            fr = next((f for f in step.freed if f.block_id == block_id), None)
+            where = {
+                "front": "to the front of the free queue",
+                "back": "to the back of the free queue (still cached)",
+                "held": "still held by another request",
+            }.get(fr.to if fr else "", "")
+            what.append(f"released by {rid}" + (f", {where}" if where else ""))
+        if rc1 != rc0:
+            what.append(f"ref_cnt {rc0} -> {rc1}")
+        if what:
+            out.append(HistoryEntry(k, label, "; ".join(what)))
+        prev, prev_holders = snap, holders
+    return out

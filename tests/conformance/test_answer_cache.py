@@ -1,0 +1,98 @@
+"""vLLM's answers kept on disk (answer_cache.py): what the key is made of, and that the oracle
+reads a kept answer without asking vLLM, stores what it asked, and fails when a checked one
+differs from a live run."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conformance import answer_cache
+from tests.conformance.oracle import DRIVER, RELEASES, VENV_PYTHON, VllmOracle, VllmOracleError
+from tests.conformance.sched_oracle import SCHED_DRIVER
+from tests.conformance.test_oracle_smoke import A, arrive, engine
+
+pytestmark = pytest.mark.conformance
+
+SCENARIO = {"engine": engine(), "ops": [arrive("A", A)]}
+LINE = answer_cache.scenario_line(SCENARIO)
+
+
+def test_the_driver_source_follows_its_imports_beside_it():
+    names = [name for name, _ in answer_cache.driver_sources(DRIVER)]
+    assert names == sorted(names) and "vllm_driver.py" in names and "vllm_groups.py" in names
+    sched = [name for name, _ in answer_cache.driver_sources(SCHED_DRIVER)]
+    assert {"vllm_sched_driver.py", "vllm_groups.py", "vllm_offloading.py", "vllm_static_connector.py"} <= set(sched)
+    metrics = [name for name, _ in answer_cache.driver_sources(DRIVER.parent / "vllm_metrics_driver.py")]
+    assert {"vllm_sched_driver.py", "exposition_samples.py"} <= set(metrics)
+
+
+def test_the_release_is_read_from_the_oracle_venv():
+    assert answer_cache.vllm_release(VENV_PYTHON) == "0.31.0"
+    assert answer_cache.vllm_release(Path("/nonexistent/bin/python")) is None
+
+
+def test_a_change_of_any_part_gives_another_key(tmp_path):
+    folder = tmp_path / "drivers"
+    shutil.copytree(DRIVER.parent, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    copy = folder / DRIVER.name
+    key = answer_cache.answer_key(copy, "0.31.0", LINE)
+    assert key == answer_cache.answer_key(DRIVER, "0.31.0", LINE)  # the sources, not their place
+    assert answer_cache.answer_key(copy, "0.33.0", LINE) != key
+    assert answer_cache.answer_key(copy, "0.31.0", LINE.replace('"A"', '"B"')) != key
+    answer_cache.driver_sources.cache_clear()
+    groups = folder / "vllm_groups.py"
+    groups.write_text(groups.read_text(encoding="utf-8") + "\n# an edit of an imported module\n", encoding="utf-8")
+    try:
+        assert answer_cache.answer_key(copy, "0.31.0", LINE) != key
+    finally:
+        answer_cache.driver_sources.cache_clear()
+
+
+@pytest.fixture
+def answers(tmp_path, monkeypatch):
+    monkeypatch.setenv(answer_cache.DIR_ENV, str(tmp_path / "answers"))
+    monkeypatch.delenv(answer_cache.MODE_ENV, raising=False)
+    monkeypatch.delenv(answer_cache.CHECK_ENV, raising=False)
+    return tmp_path / "answers"
+
+
+@pytest.fixture
+def driver(vllm_oracles):
+    """The session's running 0.31.0 driver: asking it costs no new vLLM import (seconds)."""
+    return vllm_oracles.get(VllmOracle, RELEASES[0])
+
+
+def test_an_asked_answer_is_kept_and_then_read_without_vllm(answers, driver, monkeypatch):
+    asked = driver.replay(SCENARIO)
+    assert len(list(answers.rglob("*.json.gz"))) == 1
+    with VllmOracle() as oracle:
+        assert oracle.replay(SCENARIO) == asked
+        assert oracle._proc is None  # no driver process was started
+    monkeypatch.setenv(answer_cache.MODE_ENV, "live")
+    asks = driver._replays
+    assert driver.replay(SCENARIO) == asked
+    assert driver._replays == asks + 1  # asked of vLLM again
+
+
+def test_a_checked_answer_that_differs_from_a_live_run_fails(answers, driver, monkeypatch):
+    key = answer_cache.answer_key(DRIVER, answer_cache.vllm_release(VENV_PYTHON), LINE)
+    right = driver.replay(SCENARIO)
+    wrong = dict(right, final={**right["final"], "stats": {"requests": 99}})
+    answer_cache.store(key, wrong)
+    with VllmOracle() as oracle:
+        assert oracle.replay(SCENARIO) == wrong  # unchecked, the kept answer is what is read
+        assert oracle._proc is None
+    monkeypatch.setenv(answer_cache.CHECK_ENV, "1")
+    with pytest.raises(VllmOracleError, match="differs from a live run"):
+        driver.replay(SCENARIO)
+    answer_cache.store(key, right)
+    assert driver.replay(SCENARIO) == right
+
+
+def test_a_bad_check_fraction_is_refused(monkeypatch):
+    monkeypatch.setenv(answer_cache.CHECK_ENV, "2")
+    with pytest.raises(ValueError, match="EXPLORER_ORACLE_CHECK"):
+        answer_cache.check_fraction()
