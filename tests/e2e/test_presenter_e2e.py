@@ -5,6 +5,8 @@ settings) across a visit to another page."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.sync_api import expect
 
@@ -174,3 +176,21 @@ def test_trace_replay_keeps_its_last_result_and_settings(px_page, px_app_url):
     wait_idle(page)
     expect(page.get_by_role("spinbutton", name="Requests to replay (0 = all)")).to_have_value("200")
     assert page.get_by_text("200 requests,", exact=False).first.inner_text() == summary
+
+
+def test_the_explorer_comes_back_at_the_step_the_browser_was_on(px_page, px_app_url):
+    # The browser steps without telling the server; a visit to another page mounts the stage
+    # again, and it must not fall back to the step the server last moved it to (0 here).
+    page = px_page
+    _open(page, f"{px_app_url}/?lesson={LESSON}")
+    assert _now_step(page) == "0"
+    for k in (1, 2, 3):
+        _next(page, k)
+    _nav(page, "Lessons")
+    page.get_by_role("heading", name="Lessons").wait_for()
+    wait_idle(page)
+    _nav(page, "Explorer")
+    page.locator(".px-now").first.wait_for(timeout=90_000)
+    wait_idle(page)
+    expect(page.locator(".px-now").first).to_have_attribute("data-px-now", "3", timeout=30_000)
+    expect(page).to_have_url(re.compile(r"[?&]step=3(&|$)"), timeout=30_000)

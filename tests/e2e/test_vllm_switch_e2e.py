@@ -29,6 +29,9 @@ def test_the_explorer_switches_between_0_31_and_0_33(px_page, px_app_url):
     wait_idle(page)
     assert _active(page) == "0.31.0"
     page.locator(SWITCH, has_text="0.33.0").first.click()
+    # The server has replayed under 0.33.0 once the link carries it (the page writes it after
+    # drawing the stage); the idle flag alone can be read before that run begins.
+    expect(page).to_have_url(re.compile(r"[?&]vllm=0\.33\.0(&|$)"), timeout=90_000)
     wait_idle(page)
     expect(page.locator(f'{SWITCH}[aria-checked="true"]').first).to_have_text("0.33.0", timeout=90_000)
     shot(page, "vllm-switch-033")

@@ -137,6 +137,7 @@ function draw(s) {
   s.full.hidden = !d.presenter;
   s.share.hidden = d.presenter;
   s.root.dataset.pxStep = String(s.k);
+  window.__pxStageKept = { nav: s.nav, k: s.k, block: s.block };
   writeUrl(s);
   fitPresenter(s);
 }
@@ -208,8 +209,12 @@ export default function ({ data, parentElement, setTriggerValue }) {
   if (!s || !s.root.isConnected) {
     s = build(parentElement);
     parentElement.__pxStage = s;
-    s.k = Number(data.step) || 0;
-    s.block = data.block === null || data.block === undefined ? null : Number(data.block);
+    // Mounted again (the page's layout moved it, a reconnect): the step the browser was on wins
+    // over the server's, which only knows the steps it moved to itself.
+    const kept = window.__pxStageKept;
+    const own = kept && kept.nav === data.nav;
+    s.k = own ? kept.k : Number(data.step) || 0;
+    s.block = own ? kept.block : data.block === null || data.block === undefined ? null : Number(data.block);
     s.nav = data.nav;
     wire(s, setTriggerValue);
   } else if (s.nav !== data.nav) {
