@@ -20,6 +20,7 @@ from explorer.scenario.engine import replay
 from explorer.scenario.parse import parse_scenario_dict
 from explorer.scenario.parse_release import with_release
 from tests.conformance.fidelity_scenarios import (
+    random_length_capped_raw_scenario,
     random_offloading_reuse_raw_scenario,
     random_spec_threshold_raw_scenario,
     random_tight_spec_raw_scenario,
@@ -32,15 +33,13 @@ pytestmark = pytest.mark.conformance
 SEEDS = range(20)
 PROFILES = {
     "tight_spec": random_tight_spec_raw_scenario,
+    "length_capped": random_length_capped_raw_scenario,
     "offloading_reuse": random_offloading_reuse_raw_scenario,
     "spec_threshold": random_spec_threshold_raw_scenario,
 }
 # The releases whose offloading connector the explorer refuses as not modelled (0.33.0 ranks
 # its CPU tier per request: the request_scoped_cpu_lru switch).
 NO_OFFLOADING = ("0.33.0",)
-# random_length_capped_raw_scenario is left out of CI until vLLM's side of it answers in time
-# (one run on a loaded machine gave no answer within the oracle's timeout); the golden
-# length_capped_at_max_model_len covers the behaviour.
 
 
 def _ours(raw: dict, release: str | None = None) -> dict:
@@ -256,3 +255,31 @@ def test_a_prompt_of_max_model_len_is_refused_a_longer_output_is_not():
     full_prompt = {**base, "steps": [{"op": "arrive", "id": "A", "prompt": "0:16", "output": [1]}, STEP]}
     with pytest.raises(BadInput, match="at least max_model_len = 16: no room to generate"):
         parse_scenario_dict(full_prompt, "full prompt")
+
+
+def _capped(raw: dict) -> int:
+    """How many requests of ``raw`` our replay ended at max_model_len with output still to come."""
+    max_len = raw["engine"]["max_model_len"]
+    replayed = _ours(raw)
+    emitted: dict[str, int] = {}
+    capped = 0
+    arrivals = iter([s for s in raw["steps"] if s["op"] == "arrive"])
+    spec: dict[str, dict] = {}
+    for op, step in zip(raw["steps"], replayed["steps"], strict=True):
+        if op["op"] == "arrive":
+            spec[op["id"]] = next(arrivals)
+            emitted[op["id"]] = 0
+        for rid, toks in (step.get("outputs") or {}).items():
+            emitted[rid] = emitted.get(rid, 0) + len(toks)
+        for rid in step.get("finished") or ():
+            req = spec[rid]
+            if len(req["prompt"]) + emitted[rid] == max_len and emitted[rid] < len(req["output"]):
+                capped += 1
+    return capped
+
+
+def test_the_length_capped_profile_caps_requests():
+    """The profile meets what it is for: requests finished at max_model_len before their output
+    ran out (vLLM's FINISHED_LENGTH_CAPPED), in most seeds."""
+    per_seed = [_capped(random_length_capped_raw_scenario(seed)) for seed in SEEDS]
+    assert sum(n > 0 for n in per_seed) >= len(SEEDS) // 2, per_seed
