@@ -11,6 +11,7 @@ from __future__ import annotations
 import streamlit as st
 
 from explorer.ui.collector import freeze_imports
+from explorer.ui.text import page_failed
 
 # (page script, title, icon, url path), in menu order; the first is the default page.
 PAGES = [
@@ -30,4 +31,7 @@ pages = [
     st.Page(path, title=title, icon=icon, url_path=url, default=(i == 0))
     for i, (path, title, icon, url) in enumerate(PAGES)
 ]
-st.navigation(pages).run()
+try:
+    st.navigation(pages).run()
+except Exception as exc:  # the app's one guard: a page's bug is one line, never a traceback
+    page_failed(exc)

@@ -212,3 +212,22 @@ def test_the_view_package_has_no_catch_all():
             if isinstance(node, ast.ExceptHandler):
                 caught = ast.unparse(node.type) if node.type is not None else "everything"
                 assert caught not in ("Exception", "BaseException", "everything"), f"{path.name} catches {caught}"
+
+
+# Code that runs outside a page's script run, where no page guard can catch: a thread or a
+# process that must close what it holds.
+UI_THREAD_GUARDS = {"live_view.py", "replay_worker.py"}
+
+
+def test_the_pages_have_one_guard_in_app_py_and_no_other_catch_all():
+    """A bug on a page reaches app.py's one guard (one line for the viewer, the traceback in the
+    log), not a handler that hides it where it happened."""
+    for path in (PKG / "ui").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            reraises = isinstance(node, ast.ExceptHandler) and isinstance(node.body[-1], ast.Raise)
+            if isinstance(node, ast.ExceptHandler) and path.name not in UI_THREAD_GUARDS and not reraises:
+                caught = ast.unparse(node.type) if node.type is not None else "everything"
+                assert caught not in ("Exception", "BaseException", "everything"), f"{path.name} catches {caught}"
+    app = ast.parse((PKG.parent / "app.py").read_text())
+    guards = [n for n in ast.walk(app) if isinstance(n, ast.ExceptHandler)]
+    assert [ast.unparse(g.type) for g in guards if g.type is not None] == ["Exception"]

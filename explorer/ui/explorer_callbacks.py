@@ -229,9 +229,6 @@ def on_upload() -> None:
     except BadInput as e:
         add_error(str(e))
         return
-    except Exception as e:
-        add_error(f"{name}: cannot be read as a scenario ({type(e).__name__}).")
-        return
     if rep.error is not None:
         add_error(rep.error)
         return

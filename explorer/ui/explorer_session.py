@@ -81,10 +81,7 @@ def init_session() -> None:
     one-time ``open`` token, taken once, so a stale report of that URL later cannot move the view
     back (the page writes its own view into the URL on every run, without the token)."""
     ss = st.session_state
-    try:
-        params = st.query_params.to_dict()
-    except Exception:
-        params = {}
+    params = st.query_params.to_dict()
     token = params.pop(OPEN_PARAM, None)
     if K_VIEW in ss and (token is None or token in ss.get(K_OPENED, ())):
         return

@@ -220,12 +220,9 @@ def _download_data(view: ViewState, sc: Scenario, trace: Trace) -> tuple[Callabl
 
 
 def _playground(view: ViewState, sc: Scenario | None, trace: Trace | None) -> None:
-    try:
-        from explorer.tokens import tokenizer_available
+    from explorer.tokens import tokenizer_available
 
-        has_tok = tokenizer_available()
-    except Exception:
-        has_tok = False
+    has_tok = tokenizer_available()
     ss = st.session_state
     if sc is not None and not ss.get("px_p_id"):
         ss["px_p_id"] = next_request_id(sc)

@@ -92,3 +92,16 @@ def heading_html(anchor: str, text: object) -> str:
 
 def toast(text: object, **kwargs: Any) -> None:
     st.toast(md(text, 500, inline=True), **kwargs)
+
+
+def page_failed(exc: Exception) -> None:
+    """The app's one guard (app.py): a bug on a page is one line for the viewer, its traceback
+    in the server's log, and the session goes on (the next action reruns the page)."""
+    import logging
+
+    logging.getLogger("explorer.ui").error("a page failed", exc_info=exc)
+    with st.container(key="px_page_failed"):
+        error(
+            f"This page hit a bug ({type(exc).__name__}); the app keeps running. "
+            "Your last action was not applied; the server's log has the details."
+        )

@@ -62,3 +62,18 @@ def test_app_switches_to_the_hash_calculator():
     at.switch_page(HASH_PAGE).run()
     assert not at.exception, [e.message for e in at.exception]
     assert at.title[0].value == "Hash calculator"
+
+
+def _failing_page() -> None:
+    from explorer.ui.text import page_failed
+
+    try:
+        raise RuntimeError("a bug")
+    except RuntimeError as exc:
+        page_failed(exc)
+
+
+def test_a_page_s_bug_is_one_line_and_no_traceback():
+    at = AppTest.from_function(_failing_page).run()
+    assert not at.exception
+    assert len(at.error) == 1 and "This page hit a bug (RuntimeError)" in at.error[0].value.replace("\\", "")

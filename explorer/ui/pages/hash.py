@@ -25,12 +25,9 @@ K_SEED = "px_hash_drawn_seed"
 
 
 def _tokenizer_available() -> bool:
-    try:
-        from explorer.tokens import tokenizer_available
+    from explorer.tokens import tokenizer_available  # the tokenizer's libraries load on use
 
-        return tokenizer_available()
-    except Exception:
-        return False
+    return tokenizer_available()
 
 
 def parse_mm(text: str, num_tokens: int) -> list[MultiModalFeature]:

@@ -28,21 +28,15 @@ PRACTICE_PAGE = "explorer/ui/pages/practice.py"
 
 
 def _initial_pick(stems: list[str]) -> str:
-    try:
-        for key in ("lesson", "scenario"):
-            v = st.query_params.get(key)
-            if v in stems:
-                return v
-    except Exception:
-        pass
+    for key in ("lesson", "scenario"):
+        v = st.query_params.get(key)
+        if v in stems:
+            return v
     return stems[0]
 
 
 def _url_names_lesson() -> bool:
-    try:
-        return any(st.query_params.get(k) for k in ("lesson", "scenario"))
-    except Exception:
-        return False
+    return any(st.query_params.get(k) for k in ("lesson", "scenario"))
 
 
 def _steps_table(lesson: LessonFile) -> None:
