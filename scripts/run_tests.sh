@@ -20,7 +20,7 @@ parallel=()
 if [ "$jobs" != 0 ]; then
   parallel=(-n "$jobs" --dist loadfile --no-loadscope-reorder)
 fi
-.venv/bin/python -m pytest -q "${parallel[@]}" "$@"
+.venv/bin/python -m pytest -q --durations=25 "${parallel[@]}" "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "no tests were collected: failing" >&2
