@@ -34,7 +34,7 @@ from explorer.cli_args import (
     _text,
 )
 from explorer.errors import BadInput
-from explorer.numbers import parse_int
+from explorer.numbers import counted, parse_int
 
 if TYPE_CHECKING:
     from explorer.core.request import MultiModalFeature
@@ -96,7 +96,7 @@ def cmd_hash(args: argparse.Namespace) -> int:
     if not table["blocks"]:
         size = args.group_block_size or args.block_size
         print(
-            f"note: {len(tokens):,} token{'' if len(tokens) == 1 else 's'} make no full block of {size}: "
+            f"note: {counted(len(tokens), 'token')} make{'s' if len(tokens) == 1 else ''} no full block of {size}: "
             "only full blocks get a hash",
             file=sys.stderr,
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from explorer.errors import BadInput
+from explorer.core.errors import BadInput
 
 _INT = re.compile(r"-?[0-9]{1,19}")
 

@@ -64,15 +64,20 @@ def main(argv: list[str] | None = None) -> int:
     url = f"http://{host}:{a.port}"
     print(f"Serving the Prefix Cache Explorer to a class at {url}", flush=True)
     print(f"Give students this address: {url}  (the presenter screen shows it as a QR code)", flush=True)
-    cmd = [
-        a.python, "-m", "streamlit", "run", str(ROOT / "app.py"),
-        "--server.address", host, "--server.port", str(a.port),
+    # Become the server (no wrapper process): Ctrl-C and a stop signal reach Streamlit itself,
+    # and nothing is left running after it. From the repository root, so that Streamlit reads
+    # .streamlit/config.toml (it watches no files).
+    os.chdir(ROOT)
+    os.execv(a.python, server_command(a.python, host, a.port))
+
+
+def server_command(python: str, host: str, port: int) -> list[str]:
+    """The Streamlit command line the class server becomes; run from ROOT."""
+    return [
+        python, "-m", "streamlit", "run", str(ROOT / "app.py"),
+        "--server.address", host, "--server.port", str(port),
         "--server.headless", "true", "--browser.gatherUsageStats", "false",
     ]  # fmt: skip
-    # Become the server (no wrapper process): Ctrl-C and a stop signal reach Streamlit itself,
-    # and nothing is left running after it.
-    os.chdir(ROOT)
-    os.execv(a.python, cmd)
 
 
 if __name__ == "__main__":

@@ -136,7 +136,7 @@ LAYERS = {
     "model_file": 1,
     "tokenizer_cache": 1,
     "printable": 1,
-    "numbers": 2,
+    "numbers": 1,
     "toml_read": 2,
     "tokens": 2,
     "extra_keys": 2,

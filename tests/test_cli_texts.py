@@ -35,11 +35,12 @@ def test_every_option_of_every_command_says_what_it_is(name):
         assert action.help, f"explorer {name}: {action.option_strings or action.dest} has no help"
 
 
-def test_hash_says_why_no_block_was_hashed(capsys):
-    assert main(["hash", "--tokens", "0:2"]) == 0
+@pytest.mark.parametrize("spec,said", [("0:2", "2 tokens make"), ("0:1", "1 token makes")])
+def test_hash_says_why_no_block_was_hashed(capsys, spec, said):
+    assert main(["hash", "--tokens", spec]) == 0
     out = capsys.readouterr()
     assert json.loads(out.out)["blocks"] == []
-    assert "2 tokens make no full block of 16" in out.err
+    assert f"note: {said} no full block of 16" in out.err
 
 
 def test_hash_names_the_seed_xxhash_drew_and_it_repeats(capsys):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from explorer.miss.reasons import Miss
+from explorer.numbers import counted
 
 # Each reason in a few words (a legend, a choice; "hit": the blocks the lookup found).
 REASON_LABELS: dict[str, str] = {
@@ -77,8 +78,8 @@ def miss_sentence(miss: Miss) -> str:
         parts.append(f"{_span(i, j)} {text}")
     tail = miss.tokens.get("partial_block", 0)
     if tail:
-        parts.append(f"{tail} token{'s' if tail != 1 else ''} after the last full block are never hashed")
-    head = f"{missed} token{'s' if missed != 1 else ''} missed"
+        parts.append(f"{counted(tail, 'token')} after the last full block {'is' if tail == 1 else 'are'} never hashed")
+    head = f"{counted(missed, 'token')} missed"
     if runs:
         first, last = runs[0][0], runs[-1][1]
         head = f"{_span(first, last)} missed"

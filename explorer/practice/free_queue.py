@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+from explorer.numbers import counted
 from explorer.practice.builder import ScenarioBuilder, finish_question, ids_text, snapshot_after, token_run
 from explorer.practice.question import Question
 from explorer.scenario.trace import Step, Trace
@@ -55,7 +56,7 @@ def _explain_evicted(trace: Trace, step: Step) -> tuple[str, ...]:
     if step.evicted:
         n = len(step.evicted)
         out.append(
-            f"So the first block evicted is {step.evicted[0][0]}; in all {n} block{'s' if n > 1 else ''} "
+            f"So the first block evicted is {step.evicted[0][0]}; in all {counted(n, 'block')} "
             f"lose{'' if n > 1 else 's'} {'their hashes' if n > 1 else 'its hash'} (one BlockRemoved each)."
         )
     else:

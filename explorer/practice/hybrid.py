@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 
+from explorer.numbers import counted
 from explorer.practice.builder import Explain, ScenarioBuilder, finish_question, token_run
 from explorer.practice.question import Question
 from explorer.scenario.trace import Step, Trace
@@ -28,7 +29,7 @@ def _explain(rid: str, windows: tuple[int | None, ...]) -> Explain:
             "Full attention needs every block from the first; a window group needs only the blocks inside its "
             "window before the hit's end, and the rest of its table is the null block.",
             f"The coordinator starts at {lk.num_tokens - 1} tokens and lets each group shorten the candidate; it "
-            f"settles after {gl.num_passes} pass{'es' if gl.num_passes != 1 else ''} on {gl.hit_tokens} tokens, "
+            f"settles after {counted(gl.num_passes, 'pass', 'passes')} on {gl.hit_tokens} tokens, "
             "the longest hit every group accepts.",
         ]
         if gl.shared_prefix_boundary:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+from explorer.numbers import counted
 from explorer.practice.builder import Explain, ScenarioBuilder, finish_question, ids_text, token_run
 from explorer.practice.question import Question
 from explorer.scenario.trace import Step, Trace
@@ -18,7 +19,7 @@ def _explain(rid: str, bs: int) -> Explain:
         out = [
             f"{rid} has {lk.num_tokens} tokens, so the lookup may probe at most ({lk.num_tokens} − 1) // {bs} = "
             f"{lk.cap_blocks} blocks.",
-            f"The walk matches {len(matched)} block{'s' if len(matched) != 1 else ''}"
+            f"The walk matches {counted(len(matched), 'block')}"
             + (f" (block ids {ids_text([p[2] for p in matched if p[2] is not None])})." if matched else "."),
         ]
         if step.eagle_dropped:
@@ -63,7 +64,7 @@ def q_eagle_hit(seed: int) -> Question:
         b,
         asked,
         "How many tokens does B hit with EAGLE on?",
-        f"The engine runs EAGLE speculative decoding ({k} draft{'s' if k > 1 else ''} a step). How many of "
+        f"The engine runs EAGLE speculative decoding ({counted(k, 'draft')} a step). How many of "
         "**B**'s tokens does the prefix cache lookup hit (`hit_tokens`)?",
         "int",
         lambda s: s.hit_tokens,

@@ -16,6 +16,8 @@ from contextlib import contextmanager
 
 import streamlit as st
 
+from explorer.numbers import counted
+
 
 class Turns:
     """A first-come-first-served queue of callers; one holds the turn at a time."""
@@ -76,7 +78,7 @@ def heavy_turn(what: str) -> Iterator[None]:
 
     def waiting(n: int) -> None:
         note.info(
-            f"Waiting for {n} other{'s' if n != 1 else ''} to finish: one {what} runs at a time on this "
+            f"Waiting for {counted(n, 'other')} to finish: one {what} runs at a time on this "
             "server, so a class does not stall itself.",
             icon=":material/hourglass_top:",
         )

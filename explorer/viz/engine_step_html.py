@@ -10,6 +10,7 @@ and reason goes through `esc`.
 from __future__ import annotations
 
 from explorer.core.kv_cache_observer import AdmissionCheck
+from explorer.numbers import counted
 from explorer.scenario.trace import EngineStepRecord, RequestView, Scheduled, Snapshot
 from explorer.viz.text import esc
 
@@ -57,7 +58,7 @@ def budget_bar_html(batch: tuple[Scheduled, ...], kinds: dict[str, str], budget:
         f'<div class="px-es-budget" data-px-budget="{used}/{budget}">'
         f'<div class="px-es-bar">{"".join(segs)}</div>'
         f'<div class="px-es-caption">{used:,} of max_num_batched_tokens = {budget:,} tokens scheduled '
-        f"({len(batch)} request{'s' if len(batch) != 1 else ''})</div></div>"
+        f"({counted(len(batch), 'request')})</div></div>"
     )
 
 
@@ -169,7 +170,7 @@ def event_batch_html(events: tuple[object, ...]) -> str:
         detail = ""
         if isinstance(hashes, list):
             shown = ", ".join(str(h) for h in hashes[:3]) + (" ..." if len(hashes) > 3 else "")
-            detail = f": {len(hashes)} block hash{'es' if len(hashes) != 1 else ''} ({esc(shown)})"
+            detail = f": {counted(len(hashes), 'block hash', 'block hashes')} ({esc(shown)})"
         items.append(f"<li><code>{name}</code>{detail}</li>")
     more = f"<li>... {len(events) - 40:,} more</li>" if len(events) > 40 else ""
     return f'<ul class="px-list" data-px-events="{len(events)}">{"".join(items)}{more}</ul>'

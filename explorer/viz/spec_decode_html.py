@@ -12,6 +12,7 @@ Pure functions of a trace step: no Streamlit.
 from __future__ import annotations
 
 from explorer.core.kv_cache_observer import AdmissionCheck
+from explorer.numbers import counted
 from explorer.scenario.trace import DraftsVerified, Snapshot, Step
 from explorer.viz.text import esc
 
@@ -29,8 +30,8 @@ def dropped_html(step: Step, block_size: int) -> str:
     for index, block_id in step.eagle_dropped[:MAX_ROWS]:
         matched = (index + 1) * block_size
         rows.append(
-            f'<div style="margin:0.35em 0" data-px-eagle-drop="{block_id}">The lookup matched {index + 1} '
-            f"block{'s' if index else ''} ({matched:,} "
+            f'<div style="margin:0.35em 0" data-px-eagle-drop="{block_id}">The lookup matched '
+            f"{counted(index + 1, 'block')} ({matched:,} "
             f"tokens); EAGLE drops the last, the request's block {index}, pool block "
             f'<span data-px-block="{block_id}" style="{_CHIP};text-decoration:line-through">#{block_id}</span>: '
             f"the hit is {matched - block_size:,} tokens. The drafter needs that block's hidden states, which only "
