@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,21 +72,36 @@ def _end_all() -> None:
 atexit.register(_end_all)
 
 
-def _watch(proc: subprocess.Popen, session_id: str | None) -> None:
+def this_session() -> str | None:
+    """The browser session of the script run calling (None outside one)."""
+    ctx = get_script_run_ctx()
+    return ctx.session_id if ctx is not None else None
+
+
+def session_alive(session_id: str | None) -> Callable[[], bool]:
+    """A check that says False once browser session ``session_id`` has gone (its tab closed)."""
+    return lambda: _session_active(session_id)
+
+
+def _watch(proc: subprocess.Popen, session_id: str | None, on_end: Callable[[], None]) -> None:
     """The job's watchdog thread: ends the worker once its browser session has been gone
-    ABANDON_S (its output, or lack of it, does not matter)."""
+    ABANDON_S (its output, or lack of it, does not matter); ``on_end()`` once the worker has
+    ended, however it ended."""
     gone_since: float | None = None
-    while proc.poll() is None:
-        time.sleep(WATCH_S)
-        if _session_active(session_id):
-            gone_since = None
-        elif gone_since is None:
-            gone_since = time.monotonic()
-        elif time.monotonic() - gone_since > ABANDON_S:
-            _end(proc)
-            return
-    with _live_lock:
-        _live.discard(proc)
+    try:
+        while proc.poll() is None:
+            time.sleep(WATCH_S)
+            if _session_active(session_id):
+                gone_since = None
+            elif gone_since is None:
+                gone_since = time.monotonic()
+            elif time.monotonic() - gone_since > ABANDON_S:
+                _end(proc)
+                return
+        with _live_lock:
+            _live.discard(proc)
+    finally:
+        on_end()
 
 
 def _pump(proc: subprocess.Popen, payload: bytes, q: queue_mod.Queue) -> None:
@@ -109,9 +125,12 @@ def _pump(proc: subprocess.Popen, payload: bytes, q: queue_mod.Queue) -> None:
         q.put(None)  # end of the worker's output
 
 
-def start_worker(job: dict[str, Any]) -> dict[str, Any]:
-    """Start a worker on ``job`` and its reader thread: {"proc", "queue", "thread", "stderr"}.
-    Call it from the page's script thread (it reads the browser session's id)."""
+def start_worker(
+    job: dict[str, Any], session_id: str | None, on_end: Callable[[], None] = lambda: None
+) -> dict[str, Any]:
+    """Start a worker on ``job`` for browser session ``session_id`` (``this_session()``), and its
+    reader thread: {"proc", "queue", "thread", "stderr"}. ``on_end()`` runs once the worker has
+    ended (the page gives back its turn there, whether or not the page still watches)."""
     root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ)
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -127,13 +146,11 @@ def start_worker(job: dict[str, Any]) -> dict[str, Any]:
     with _live_lock:
         _live.add(proc)
     q: queue_mod.Queue = queue_mod.Queue()
-    ctx = get_script_run_ctx()
-    session_id = ctx.session_id if ctx is not None else None
     thread = threading.Thread(
         target=_pump, args=(proc, json.dumps(job).encode(), q), daemon=True, name="trace-replay-reader"
     )
     thread.start()
-    threading.Thread(target=_watch, args=(proc, session_id), daemon=True, name="trace-replay-watchdog").start()
+    threading.Thread(target=_watch, args=(proc, session_id, on_end), daemon=True, name="trace-replay-watchdog").start()
     return {"proc": proc, "queue": q, "thread": thread, "stderr": err}
 
 

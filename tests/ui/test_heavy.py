@@ -73,3 +73,64 @@ def test_a_waiter_that_stops_leaves_the_queue():
     _until(lambda: order == ["A", "B"])
     a.join(10)
     b.join(1)
+
+
+def _in_thread(fn, name: str) -> None:
+    t = threading.Thread(target=fn, name=name)
+    t.start()
+    t.join(10)
+    assert not t.is_alive()
+
+
+def test_a_ticket_that_starts_by_itself_starts_when_the_turn_before_ends():
+    turns = Turns()
+    started: list[tuple[str, int, str]] = []
+
+    def on_turn(name: str):
+        return lambda ticket: started.append((name, ticket, threading.current_thread().name))
+
+    a = turns.take(on_turn=on_turn("A"))  # a free server: A starts in take's own thread
+    assert started == [("A", a, threading.current_thread().name)] and turns.position(a) == 0
+    b = turns.take(on_turn=on_turn("B"))
+    order, seen, gate = [], {}, threading.Event()
+    c = _start(turns, "C", order, seen, gate)  # a blocking waiter behind B
+    _until(lambda: seen.get("C"))
+    assert turns.position(b) == 1 and seen["C"][-1] == 2 and len(started) == 1
+    _in_thread(lambda: turns.release(a), "ender-of-A")  # A's worker ends in some other thread
+    assert started[1] == ("B", b, "ender-of-A") and turns.position(b) == 0
+    assert turns.position(a) is None
+    turns.release(a)  # a second release of A's ticket does not end B's turn
+    assert turns.position(b) == 0
+    _until(lambda: seen["C"][-1] == 1)
+    assert order == []
+    turns.release(b)
+    _until(lambda: order == ["C"])
+    gate.set()
+    c.join(10)
+    assert turns.take(on_turn=on_turn("D")) == started[-1][1]  # free again: D starts at once
+
+
+def test_a_waiter_whose_session_has_gone_leaves_the_queue_and_a_failed_start_ends_its_turn():
+    turns = Turns()
+    a = turns.take(on_turn=lambda t: None)
+    here = {"B": True}
+    b = turns.take(alive=lambda: here["B"], on_turn=lambda t: pytest.fail("B's tab has closed"))
+
+    def broken(ticket: int) -> None:
+        raise OSError("no worker")
+
+    c = turns.take(on_turn=broken)
+    order, seen, gate = [], {}, threading.Event()
+    gate.set()
+    d = _start(turns, "D", order, seen, gate)
+    _until(lambda: seen.get("D"))
+    assert (turns.position(b), turns.position(c), seen["D"][-1]) == (1, 2, 3)
+    here["B"] = False  # B's browser session goes away while it waits
+    assert turns.position(b) is None and turns.position(c) == 1
+    _until(lambda: seen["D"][-1] == 2)
+    _in_thread(lambda: turns.release(a), "ender-of-A")  # C's start fails: its turn ends, D runs
+    _until(lambda: order == ["D"])
+    d.join(10)
+    assert turns.position(c) is None
+    e = turns.take()
+    assert turns.try_start(e) == 0  # nothing left holding the turn

@@ -1,5 +1,6 @@
 """The replay page under AppTest: a tiny uploaded trace, a grid of block sizes and schedulers
-equal cell for cell to serial `explorer replay` runs, bad input, cancel."""
+equal cell for cell to serial `explorer replay` runs, bad input, cancel, two sessions taking
+turns."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def button(at: AppTest, key: str):
 
 def wait_done(at: AppTest, timeout: float = TIMEOUT) -> None:
     deadline = time.monotonic() + timeout
-    while "replay_job" in at.session_state and at.session_state["replay_job"] is not None:
+    while any(at.session_state[k] is not None for k in ("replay_job", "replay_wait") if k in at.session_state):
         if time.monotonic() > deadline:
             raise AssertionError("the replay worker did not finish in time")
         time.sleep(0.3)
@@ -244,3 +245,41 @@ def test_a_grid_of_block_sizes_and_schedulers_equals_serial_replays(tmp_path):
     titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in at.get("plotly_chart")]
     assert any("block size 32" in t and "Missed tokens" in t for t in titles), titles
     assert not at.exception
+
+
+def test_a_second_session_waits_its_turn_and_runs_when_the_first_is_cancelled():
+    first, second = fresh(), fresh()
+    first.number_input(key="replay_limit").set_value(0).run()  # the whole shipped trace: minutes
+    button(first, "replay_run").click().run()
+    proc = first.session_state["replay_job"]["proc"]
+    upload(second, TINY)
+    second.text_input(key="replay_sizes").set_value("10").run()
+    button(second, "replay_run").click().run()
+    assert "replay_job" not in second.session_state or second.session_state["replay_job"] is None
+    (note,) = [i.value for i in second.info if "Waiting" in i.value]
+    assert note.startswith("Waiting for 1 other to finish: one heavy action (here a trace replay)")
+    assert second.button(key="replay_cancel") and second.text_input(key="replay_sizes").disabled
+    button(first, "replay_cancel").click().run()  # the first gives its turn back
+    assert proc.wait(timeout=10) is not None
+    wait_done(second)
+    assert not second.error, [e.value for e in second.error]
+    assert second.session_state["replay_result"]["results"][0]["hit_tokens"] == 272
+    assert not [i.value for i in second.info if "Waiting" in i.value]
+
+
+def test_cancel_while_waiting_leaves_the_queue():
+    first, second, third = fresh(), fresh(), fresh()
+    first.number_input(key="replay_limit").set_value(0).run()
+    button(first, "replay_run").click().run()
+    for at in (second, third):
+        upload(at, TINY)
+        at.text_input(key="replay_sizes").set_value("10").run()
+        button(at, "replay_run").click().run()
+    assert [i.value[:24] for i in third.info if "Waiting" in i.value] == ["Waiting for 2 others to "]
+    button(second, "replay_cancel").click().run()  # the second gives up while it waits
+    assert any("cancelled" in i.value for i in second.info) and button(second, "replay_run")
+    third.run()
+    assert [i.value[:24] for i in third.info if "Waiting" in i.value] == ["Waiting for 1 other to f"]
+    button(first, "replay_cancel").click().run()
+    wait_done(third)
+    assert third.session_state["replay_result"]["results"][0]["hit_tokens"] == 272

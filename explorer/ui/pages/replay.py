@@ -1,7 +1,8 @@
 """Page: replay a request trace and see what cache size and eviction policy do to the hit rate.
 
-The sweep runs in a worker process, so other browser sessions stay responsive on a small
-machine, and Cancel terminates it. The worker runs the grid as `explorer sweep` does
+The sweep takes its turn among the server's heavy actions (one at a time; a waiting session
+reads "Waiting for N others to finish", `explorer.ui.replay_job`), then runs in a worker
+process, so other browser sessions stay responsive on a small machine, and Cancel terminates it. The worker runs the grid as `explorer sweep` does
 (`explorer.traffic.ray_sweep`): a local Ray instance, the trace hashed once and shared, one task
 per cell on every core, progress counted in finished cells. The worker is a fresh interpreter (``python -m
 explorer.traffic.worker``: one JSON job on stdin, JSON lines back; started and stopped by
@@ -15,7 +16,6 @@ keys starting with ``replay_``: one job per browser session.
 
 from __future__ import annotations
 
-import queue as queue_mod
 import time
 from typing import Any
 
@@ -26,8 +26,9 @@ from explorer.traffic.scheduled import MAX_BATCHED_TOKENS, SCHEDULERS
 from explorer.traffic.sweep import POLICIES, SEQUENTIAL
 from explorer.traffic.trace import UI_MAX_TRACE_BYTES
 from explorer.ui import kept
+from explorer.ui.heavy import WAIT_ICON, waiting_text
 from explorer.ui.replay_grid import UI_MAX_CELLS, build_job, cut
-from explorer.ui.replay_worker import start_worker, stop_worker
+from explorer.ui.replay_job import ERROR, JOB, NOTICE, RESULT, WHAT, advance, cancel, poll_job, queue_job, running
 from explorer.ui.text import caption, error, info, md
 from explorer.viz.replay import (
     POLICY_LABELS,
@@ -49,10 +50,6 @@ from explorer.viz.replay_bounds import (
 
 SHIPPED = "Mooncake synthetic trace (shipped)"
 UPLOAD = "Upload a trace"
-JOB = "replay_job"
-RESULT = "replay_result"
-ERROR = "replay_error"
-NOTICE = "replay_notice"
 
 INTRO = """
 Real traffic through the faithful engine. Each line of a trace in Mooncake's format
@@ -77,68 +74,24 @@ def _state() -> Any:
 POLL_S = 1.0  # how often a watching page polls its job (a Streamlit rerun of one fragment)
 
 
-def _start_job(job: dict[str, Any]) -> None:
-    _state()[JOB] = {**start_worker(job), "frac": 0.0, "text": "starting the worker", "started": time.time()}
-    _state().pop(RESULT, None)
-    _state().pop(ERROR, None)
-    _state().pop(NOTICE, None)
-
-
-def _stop_job(terminate: bool) -> str:
-    """Forget the job (terminating its worker when asked); the tail of its stderr."""
-    job = _state().pop(JOB, None)
-    if job is None:
-        return ""
-    return stop_worker(job, terminate)
-
-
-def _poll_job() -> bool:
-    """Drain the worker's messages; True when the job ended (result, error or death)."""
-    job = _state().get(JOB)
-    if job is None:
-        return True
-    q: queue_mod.Queue = job["queue"]
-    while True:
-        try:
-            msg = q.get_nowait()
-        except queue_mod.Empty:
-            return False
-        if msg is None:  # the worker's output ended without a result
-            code = job["proc"].poll()
-            tail = _stop_job(terminate=True)
-            last = tail.splitlines()[-1] if tail else ""
-            _state()[ERROR] = f"the replay worker stopped unexpectedly (exit code {code}). {last}".strip()
-            return True
-        if "progress" in msg:
-            job["frac"], job["text"] = float(msg["progress"]), str(msg.get("text", ""))
-        elif "result" in msg:
-            _state()[RESULT] = msg["result"]
-            _stop_job(terminate=False)
-            return True
-        elif "error" in msg:
-            _state()[ERROR] = str(msg["error"])
-            _stop_job(terminate=False)
-            return True
-
-
-def _cancel() -> None:
-    _stop_job(terminate=True)
-    _state()[NOTICE] = "Replay cancelled."
-
-
 @st.fragment(run_every=POLL_S)
 def _progress_panel() -> None:
-    job = _state().get(JOB)
-    if job is None:  # cancelled by the button below: redraw the whole page
+    if not running():  # cancelled by the button below, or ended: redraw the whole page
         st.rerun(scope="app")
-    if _poll_job():
+    ahead = advance()
+    if not running():  # the worker did not start
         st.rerun(scope="app")
     job = _state().get(JOB)
-    if job is None:
-        return
-    elapsed = time.time() - job["started"]
-    st.progress(min(max(job["frac"], 0.0), 1.0), text=md(f"{job['text']} ({elapsed:.0f} s)", 300, inline=True))
-    st.button("Cancel", key="replay_cancel", on_click=_cancel)
+    if ahead:
+        st.info(waiting_text(ahead, WHAT), icon=WAIT_ICON)
+    elif job is None:
+        st.progress(0.0, text="starting the worker")
+    else:
+        if poll_job():
+            st.rerun(scope="app")
+        elapsed = time.time() - job["started"]
+        st.progress(min(max(job["frac"], 0.0), 1.0), text=md(f"{job['text']} ({elapsed:.0f} s)", 300, inline=True))
+    st.button("Cancel", key="replay_cancel", on_click=cancel)
 
 
 def _results(res: dict[str, Any]) -> None:
@@ -258,23 +211,23 @@ def _render() -> None:
     st.markdown(INTRO)
     with st.expander("How the replay works"):
         st.markdown(RULES)
-    running = _state().get(JOB) is not None
+    busy = running()
 
-    source = st.radio("Trace", [SHIPPED, UPLOAD], key="replay_source", horizontal=True, disabled=running)
+    source = st.radio("Trace", [SHIPPED, UPLOAD], key="replay_source", horizontal=True, disabled=busy)
     upload = None
     if source == UPLOAD:
         upload = st.file_uploader(
             f"Trace file (JSON lines, at most {UI_MAX_TRACE_BYTES >> 20} MiB)",
             type=["jsonl", "json", "txt"],
             key="replay_upload",
-            disabled=running,
+            disabled=busy,
         )
     c1, c2, c3 = st.columns(3)
     block_sizes_text = c1.text_input(
         "Block sizes (tokens)",
         value="16",
         key="replay_block_sizes",
-        disabled=running,
+        disabled=busy,
         help=f"Comma-separated, e.g. 16, 32, 64: every block size with every cache size and policy "
         f"(at most {UI_MAX_CELLS} cells). The trace is hashed once per block size.",
     )
@@ -284,14 +237,14 @@ def _render() -> None:
         value=500,
         step=100,
         key="replay_limit",
-        disabled=running,
+        disabled=busy,
         help="The first N lines. The whole shipped trace takes minutes at block size 16.",
     )
     sizes_text = c3.text_input(
         "Cache sizes (blocks)",
         value="1000, 2000, 5000, 10000, 20000, 50000, 100000, 200000",
         key="replay_sizes",
-        disabled=running,
+        disabled=busy,
         help="Comma-separated; block 0 is the null block.",
     )
     policies = st.multiselect(
@@ -300,16 +253,16 @@ def _render() -> None:
         default=list(SEQUENTIAL),
         key="replay_policies",
         format_func=lambda p: POLICY_LABELS[p],
-        disabled=running,
+        disabled=busy,
     )
     c4, c5, c6 = st.columns(3)
     outputs = c4.checkbox(
         "Generate outputs",
         key="replay_outputs",
-        disabled=running,
+        disabled=busy,
         help="Each request also decodes output_length tokens of 0, holding more blocks.",
     )
-    no_sched = running or "scheduler" not in policies
+    no_sched = busy or "scheduler" not in policies
     schedulers = c5.multiselect(
         "Schedulers",
         list(SCHEDULERS),
@@ -328,7 +281,7 @@ def _render() -> None:
         disabled=no_sched,
     )
 
-    if not running:
+    if not busy:
         if st.button("Run replay", type="primary", key="replay_run"):
             try:
                 job = build_job(
@@ -346,7 +299,7 @@ def _render() -> None:
                 _state()[ERROR] = str(e)
                 _state().pop(RESULT, None)
             else:
-                _start_job(job)
+                queue_job(job)
                 st.rerun()
     else:
         _progress_panel()
@@ -355,7 +308,7 @@ def _render() -> None:
         info(_state()[NOTICE])
     if _state().get(ERROR):
         error(_state()[ERROR])
-    if _state().get(RESULT) is not None and not running:
+    if _state().get(RESULT) is not None and not busy:
         _results(_state()[RESULT])
 
 
