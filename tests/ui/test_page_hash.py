@@ -86,6 +86,7 @@ def test_xxhash_without_seed_draws_once_per_session():
         ("px_h_spec", "0:99999999", "more than the limit"),
         ("px_h_mm", "img-1:5", "ID:OFFSET:LENGTH"),
         ("px_h_mm", "img-1:40:20", "outside the 48-token prompt"),
+        ("px_h_mm", "i" * 1_900 + ":0", "... (1,902 characters)': expected ID:OFFSET:LENGTH"),
     ],
 )
 def test_bad_input_shows_one_error(field, value, needle):
@@ -127,3 +128,18 @@ def test_without_the_tokenizer_text_is_not_offered(monkeypatch):
     at = hash_page()
     assert at.radio(key="px_h_kind").options == ["Token spec"]
     assert any("model file is not installed" in c.value for c in at.caption)
+
+
+def test_the_extra_key_fields_hold_no_more_than_the_shared_caps():
+    """The page's fields are tighter than the caps every surface shares (explorer/extra_keys.py):
+    a browser cannot type past them, and what they hold is refused nowhere."""
+    from explorer.extra_keys import MAX_EXTRA_KEY_CHARS
+
+    at = hash_page()
+    caps = {w.key: w.max_chars for w in at.text_input if w.key in ("px_h_lora", "px_h_salt", "px_h_mm")}
+    assert caps == {"px_h_lora": 64, "px_h_salt": 128, "px_h_mm": 2_000}, caps
+    assert max(caps["px_h_lora"], caps["px_h_salt"]) <= MAX_EXTRA_KEY_CHARS
+    at.text_input(key="px_h_lora").set_value("l" * 64).run()
+    at.text_input(key="px_h_salt").set_value("s" * 128).run()
+    no_exception(at)
+    assert not errors(at) and len(_digests(at)) == 3

@@ -42,8 +42,9 @@ def parse_mm(text: str, num_tokens: int) -> list[MultiModalFeature]:
         if len(bits) != 3 or not all(
             is_int(b) and not b.strip().startswith("-") and len(b.strip()) <= 9 for b in bits[1:]
         ):
+            shown = part if len(part) <= 60 else f"{part[:60]}... ({len(part):,} characters)"
             raise BadInput(
-                f"image {part!r}: expected ID:OFFSET:LENGTH with whole numbers in ASCII digits, e.g. img-1:5:32"
+                f"image {shown!r}: expected ID:OFFSET:LENGTH with whole numbers in ASCII digits, e.g. img-1:5:32"
             )
         items.append(MultiModalFeature(bits[0].strip(), int(bits[1]), int(bits[2])))
     items.sort(key=lambda m: m.offset)
