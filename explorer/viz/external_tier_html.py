@@ -43,12 +43,19 @@ def _ruler(num_tokens: int, local: int, external: int) -> str:
     return f'<div class="px-es-bar px-xt-ruler">{"".join(segs)}</div>'
 
 
-def lookup_rows_html(reports: tuple[ConnectorReport, ...], after: Snapshot, before: Snapshot) -> str:
+def lookup_rows_html(
+    reports: tuple[ConnectorReport, ...], after: Snapshot, before: Snapshot, allocated: Mapping[str, int] | None = None
+) -> str:
+    """One row per lookup. The request's tokens are those it had when schedule() looked it up,
+    before this step's update appended any; the stats count a lookup only once its allocation
+    succeeds (``allocated``: update_state_after_alloc's requests)."""
     rows = []
     lookups = [r for r in reports if r.kind == "lookup"]
     for r in lookups[:MAX_ROWS]:
-        req = after.request(r.request_id) or before.request(r.request_id)
+        req = before.request(r.request_id) or after.request(r.request_id)
         n = req.num_tokens if req is not None else 0
+        counted = allocated is None or r.request_id in allocated
+        apart = req is not None and req.num_preemptions > 0  # a resumed request's stats count apart
         if r.num_external_tokens is None:
             offer, ext = "cannot tell yet: the request is skipped this step, nothing recorded", 0
         else:
@@ -57,9 +64,18 @@ def lookup_rows_html(reports: tuple[ConnectorReport, ...], after: Snapshot, befo
             offer = f"offers <b>{ext:,}</b> tokens after it ({how})" if ext else "offers nothing after it"
         rows.append(
             f'<div class="px-xt-row" data-px-xt-lookup="{esc(r.request_id)}"><b>{esc(r.request_id, 24)}</b>: '
-            f"local hit <b>{r.num_local_tokens:,}</b> of {n:,} tokens, then the connector {offer}; "
-            f"external queries {max(n - r.num_local_tokens, 0):,}, hits {ext:,}"
-            f"{_ruler(n, r.num_local_tokens, ext)}</div>"
+            f"local hit <b>{r.num_local_tokens:,}</b> of {n:,} tokens, then the connector {offer}"
+            + (
+                f"; resumed after a preemption, so its {max(n - r.num_local_tokens, 0):,} queried and {ext:,} hit "
+                "tokens count as preempted, not in the external stats"
+                if counted and apart
+                else f"; external queries {max(n - r.num_local_tokens, 0):,}, hits {ext:,}"
+                if counted
+                else "; no blocks this step, so the external stats do not count it yet"
+                if r.num_external_tokens is not None
+                else ""
+            )
+            + f"{_ruler(n, r.num_local_tokens, ext)}</div>"
         )
     if len(lookups) > MAX_ROWS:
         rows.append(f'<div class="px-xt-row">... and {len(lookups) - MAX_ROWS:,} more lookups</div>')
@@ -115,7 +131,7 @@ def external_tier_html(
     num_block_stored: int,
 ) -> str:
     """The panel body; empty when the connector did nothing visible in the step."""
-    body = lookup_rows_html(reports, after, before)
+    body = lookup_rows_html(reports, after, before, allocations or {})
     allocs = {rid: n for rid, n in (allocations or {}).items()}
     if allocs:
         parts = ", ".join(f"{esc(rid, 24)} {n:,}" for rid, n in list(allocs.items())[:MAX_ROWS])
