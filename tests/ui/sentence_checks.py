@@ -407,3 +407,31 @@ def _count_ids(text: str | int) -> int:
         lo, _, hi = part.partition("-")
         n += abs(int(hi) - int(lo)) + 1 if hi else 1
     return n
+
+
+def check_summaries(c: Checks, trace: Trace, k: int, summaries: dict[str, str]) -> None:
+    """The phase strip's few words per panel ("3 new, 2 touched", "hit 48", "2 cached", ...)."""
+    step, before, after = trace.steps[k - 1], trace.snapshot_at(k - 1), trace.snapshot_at(k)
+    where = (k, summaries)
+    rid = step.op.id or ""
+    for (n,) in c.each(r"^" + N + " hashed$", summaries.get("hashing", "")):
+        grew = num_hashes(after.request(rid)) - (0 if step.op.op == "arrive" else num_hashes(before.request(rid)))
+        c.eq("strip: N hashed", n, grew, where)
+    for (n,) in c.each(r"^hit " + N + "$", summaries.get("lookup", "")):
+        assert step.lookup is not None
+        c.eq("strip: hit N", n, step.lookup.hit_tokens, where)
+    for new, touched in c.each(r"^" + N + r" new(?:, " + N + " touched)?$", summaries.get("allocate", "")):
+        c.eq("strip: N new, T touched", (new, touched or 0), (popped(trace, k), len(step.touched)), where)
+    for (n,) in c.each(r"^" + N + r" req\.", summaries.get("allocate", "")):
+        c.eq("strip: N req.", n, len({a.request_id for a in step.admissions}), where)
+    for (n,) in c.each(r"^" + N + " cached$", summaries.get("caching", "")):
+        c.eq("strip: N cached", n, len(step.cached), where)
+        if not {cb.block_id for cb in step.cached} & {b for b, _ in step.evicted}:
+            c.eq("strip: N cached", n, newly_hashed(before, after), where)
+    for (n,) in c.each(r"^" + N + " freed$", summaries.get("free", "")):
+        if step.op.op in ("finish", "preempt", "abort"):
+            c.eq("strip: N freed", n, len(held(before.request(rid))), where)
+        else:
+            c.eq("strip: N freed", n, len(step.freed), where)
+    for (n,) in c.each(r"^" + N + " evicted$", summaries.get("eviction", "")):
+        c.eq("strip: N evicted", n, len({b for _, b in step.popped if before.blocks[b][1] is not None}), where)

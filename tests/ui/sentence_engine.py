@@ -160,7 +160,7 @@ def check_external(c: Checks, trace: Trace, k: int) -> None:
     t = plain(external_tier_html(es.connector, es.external, before, after, stored))
     where = (k, t)
     q = h = 0
-    for rid, local, n in c.each(r"(?m)^(\S+): local hit " + N + " of " + N + " tokens, then the connector", t):
+    for rid, local, n in c.each(r"(?m)^(\S+): local hit " + N + " of " + N + " tokens?, then the connector", t):
         req = before.request(rid) or after.request(rid)  # its tokens when schedule() looked it up
         rep = next(r for r in es.connector if r.kind == "lookup" and r.request_id == rid)
         c.eq(
@@ -174,9 +174,9 @@ def check_external(c: Checks, trace: Trace, k: int) -> None:
         + N
         + r" of "
         + N
-        + r" tokens, then the connector (?:offers "
+        + r" tokens?, then the connector (?:offers "
         + N
-        + r" tokens after it[^;]*|[^;]*); external queries "
+        + r" tokens? after it[^;]*|[^;]*); external queries "
         + N
         + r", hits "
         + N,
@@ -196,9 +196,9 @@ def check_external(c: Checks, trace: Trace, k: int) -> None:
         + N
         + " of "
         + N
-        + r" tokens, then the connector (?:offers "
+        + r" tokens?, then the connector (?:offers "
         + N
-        + r" tokens after it[^;]*|[^;]*); "
+        + r" tokens? after it[^;]*|[^;]*); "
     )
     for rid, local, n, offer, queries, hits in c.each(
         pat + r"resumed after a preemption, so its " + N + " queried and " + N + " hit", t
@@ -224,9 +224,9 @@ def check_external(c: Checks, trace: Trace, k: int) -> None:
     for rid, kept, upto in c.each(
         r"(\S+): the load finished; [^(]*?(?:only the valid prefix, "
         + N
-        + r" tokens|up to "
+        + r" tokens?|up to "
         + N
-        + r" computed tokens)",
+        + r" computed tokens?)",
         t,
     ):
         rep = next(r for r in es.connector if r.kind == "loaded" and r.request_id == rid)
@@ -237,7 +237,7 @@ def check_external(c: Checks, trace: Trace, k: int) -> None:
             where,
         )
     for rid, comp, nb in c.each(
-        r"(\S+) waits for remote KV with " + N + r" tokens counted as computed, holding " + N + r" blocks", t
+        r"(\S+) waits for remote KV with " + N + r" tokens? counted as computed, holding " + N + r" blocks?", t
     ):
         req = after.request(rid)
         assert req is not None and req.status == "waiting_for_remote_kvs"
@@ -248,7 +248,10 @@ def check_external(c: Checks, trace: Trace, k: int) -> None:
             where,
         )
     for rid, n, ids in c.each(
-        r"(\S+): the load reported invalid blocks; " + N + r" tokens stay valid(?:; blocks ([^ ]*(?:, #\d+)*) lost)?", t
+        r"(\S+): the load reported invalid blocks; "
+        + N
+        + r" tokens? stays? valid(?:; blocks ([^ ]*(?:, #\d+)*) lost)?",
+        t,
     ):
         rep = next(r for r in es.connector if r.kind == "failed" and r.request_id == rid)
         lost = [int(x) for x in (ids or "").replace("#", "").split(", ") if x]
@@ -264,11 +267,11 @@ def check_external(c: Checks, trace: Trace, k: int) -> None:
     for r, q2, h2 in c.each(
         r"External stats so far: "
         + N
-        + r" requests, "
+        + r" requests?, "
         + N
-        + r" queries \(tokens after the local hit\), "
+        + r" quer(?:y|ies) \(tokens after the local hit\), "
         + N
-        + r" hits",
+        + r" hits?",
         t,
     ):
         c.eq(
@@ -291,11 +294,11 @@ def check_cpu(c: Checks, trace: Trace, k: int) -> None:
     tier_a = {h: ref for h, _, ref in after.cpu_tier}
     stores = [r for r in es.connector if r.kind == "cpu_store" and not r.failed]
     said_stored = said_evicted = 0
-    for (n,) in c.each(r"store job for " + N + r" blocks to the CPU tier", t):
+    for (n,) in c.each(r"store job for " + N + r" blocks? to the CPU tier", t):
         said_stored += n
-    for (n,) in c.each(r"a store of " + N + r" blocks is refused", t):
+    for (n,) in c.each(r"a store of " + N + r" blocks? is refused", t):
         c.eq(
-            "cpu: a store of N blocks is refused",
+            "cpu: a store of N blocks? is refused",
             n,
             len(next(r for r in es.connector if r.kind == "cpu_store" and r.failed).hashes),
             where,
@@ -305,17 +308,17 @@ def check_cpu(c: Checks, trace: Trace, k: int) -> None:
         new = {h for r in stores for h in r.hashes} - set(tier_b)
         c.eq("cpu: store jobs for N blocks", said_stored, sum(len(r.hashes) for r in stores), where)
         c.eq("cpu: tier grew by the stores less the evicted", len(tier_a) - len(tier_b), len(new) - said_evicted, where)
-    for rid, n, pairs in c.each(r"(\S+): load job from the CPU tier, " + N + r" chunks into GPU blocks: ([^\n]*)", t):
+    for rid, n, pairs in c.each(r"(\S+): load job from the CPU tier, " + N + r" chunks? into GPU blocks: ([^\n]*)", t):
         rep = next(r for r in es.connector if r.kind == "cpu_load" and r.request_id == rid)
         c.eq("cpu: load job of N chunks", (n, pairs.count("→")), (len(rep.hashes), min(len(rep.hashes), 64)), where)
         c.eq("cpu: load job of N chunks (tier)", all(h in tier_b for h in rep.hashes), True, where)
-    for (n,) in c.each(N + r" chunks written \(BlockStored, medium CPU\)", t):
+    for (n,) in c.each(N + r" chunks? written \(BlockStored, medium CPU\)", t):
         done = sum(1 for h, ref in tier_a.items() if ref >= 0 and tier_b.get(h, -1) < 0)
         cpu_stored = sum(
             len(e.block_hashes) for e in step.events if type(e).__name__ == "BlockStored" and e.medium == "CPU"
         )
-        c.eq("cpu: N chunks written", (n, n), (done, cpu_stored), where)
-    for (n,) in c.each(N + r" chunks loaded", t):
+        c.eq("cpu: N chunks? written", (n, n), (done, cpu_stored), where)
+    for (n,) in c.each(N + r" chunks? loaded", t):
         c.eq(
             "cpu: N chunks loaded",
             n,

@@ -34,7 +34,7 @@ from tests.conformance.engine_step_scenarios import (
     under_both_schedulers,
 )
 from tests.conformance.spec_scenarios import random_spec_engine_steps, random_spec_manager
-from tests.ui.sentence_checks import Checks, N, check_manager_panels, check_manager_step
+from tests.ui.sentence_checks import Checks, N, check_manager_panels, check_manager_step, check_summaries
 from tests.ui.sentence_engine import check_engine_now, check_engine_panels, check_external
 
 
@@ -79,15 +79,18 @@ def _check(trace: Trace) -> Counter[str]:
         )
     for k in range(1, len(trace.steps) + 1):
         op = trace.steps[k - 1].op.op
+        drawn = engine and op in ("step", "abort")
+        panels = (engine_step if drawn else step).panels(trace, k)
         if not engine:
-            check_manager_step(c, trace, k, step.now(trace, k).text, _texts(step.panels(trace, k)))
-        elif op in ("step", "abort"):
+            check_manager_step(c, trace, k, step.now(trace, k).text, _texts(panels))
+        elif drawn:
             check_engine_now(c, trace, k, engine_step.now(trace, k).text)
-            check_engine_panels(c, trace, k, _texts(engine_step.panels(trace, k)))
+            check_engine_panels(c, trace, k, _texts(panels))
             check_external(c, trace, k)
         else:  # an arrive or reset: the stage draws the manager-level panels under the engine's NOW line
             check_engine_now(c, trace, k, engine_step.now(trace, k).text)
-            check_manager_panels(c, trace, k, _texts(step.panels(trace, k)), k)
+            check_manager_panels(c, trace, k, _texts(panels), k)
+        check_summaries(c, trace, k, {p.key: p.summary for p in panels})
         _check_metrics(c, trace, k)
     return c.count
 
