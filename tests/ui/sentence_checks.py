@@ -105,14 +105,14 @@ class Checks:
             if not reused and len(set(ids)) == len(ids) == total:
                 grew = after.num_free_blocks - before.num_free_blocks + len(step.popped) + len(step.touched_from_free)
                 self.eq(
-                    template + r" (queue)",
+                    template + " (queue)",
                     (front + back, kept),
                     (grew, sum(after.blocks[b][0] > 0 for b in ids)),
                     where,
                 )
                 hashes = before if step.op.op == "reset" else after  # a reset drops every hash after the frees
                 no_hash = sum(after.blocks[b][0] == 0 and hashes.blocks[b][1] is None for b in ids)
-                self.eq(template + r" (front)", front, no_hash, where)
+                self.eq(template + " (front)", front, no_hash, where)
 
 
 def check_manager_step(c: Checks, trace: Trace, k: int, now_text: str, panels: dict[str, str]) -> None:

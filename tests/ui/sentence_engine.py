@@ -4,8 +4,6 @@ stripped), each number compared with the record it describes (see sentence_check
 
 from __future__ import annotations
 
-from collections import Counter
-
 from explorer.scenario.trace import Trace
 from explorer.viz.cpu_tier_html import cpu_tier_html
 from explorer.viz.external_tier_html import external_tier_html
@@ -205,10 +203,11 @@ def check_external(c: Checks, trace: Trace, k: int) -> None:
     ):
         req = before.request(rid)
         assert req is not None and req.num_preemptions > 0
+        rep = next(r for r in es.connector if r.kind == "lookup" and r.request_id == rid)
         c.eq(
             "external: resumed lookup, Q queried, H hit",
             (local, n, queries, hits),
-            (req.num_computed_tokens if False else local, req.num_tokens, n - local, offer or 0),
+            (rep.num_local_tokens, req.num_tokens, n - local, offer or 0),
             where,
         )
     if "external_queries" in after.stats and "local hit" in t:
@@ -298,7 +297,7 @@ def check_cpu(c: Checks, trace: Trace, k: int) -> None:
         said_stored += n
     for (n,) in c.each(r"a store of " + N + r" blocks? is refused", t):
         c.eq(
-            "cpu: a store of N blocks? is refused",
+            "cpu: a store of N blocks is refused",
             n,
             len(next(r for r in es.connector if r.kind == "cpu_store" and r.failed).hashes),
             where,
@@ -317,12 +316,12 @@ def check_cpu(c: Checks, trace: Trace, k: int) -> None:
         cpu_stored = sum(
             len(e.block_hashes) for e in step.events if type(e).__name__ == "BlockStored" and e.medium == "CPU"
         )
-        c.eq("cpu: N chunks? written", (n, n), (done, cpu_stored), where)
+        c.eq("cpu: N chunks written", (n, n), (done, cpu_stored), where)
     for (n,) in c.each(N + r" chunks? loaded", t):
         c.eq(
             "cpu: N chunks loaded",
             n,
-            Counter(r.kind for r in es.connector)["cpu_done"] and sum(len(r.cpu_loaded) for r in es.connector),
+            sum(len(r.cpu_loaded) for r in es.connector if r.kind == "cpu_done"),
             where,
         )
     for n, cap, lost in c.each(
