@@ -15,6 +15,7 @@ connector or its CPU manager would do:
 
 from __future__ import annotations
 
+from explorer.numbers import counted
 from explorer.scenario.trace import ConnectorReport, Snapshot
 from explorer.viz.text import esc
 
@@ -39,27 +40,27 @@ def jobs_html(reports: tuple[ConnectorReport, ...]) -> str:
         if r.kind == "cpu_store" and r.failed:
             rows.append(
                 f'<div class="px-xt-row px-xt-failed" data-px-cpu-refused="{esc(r.request_id)}"><b>{rid}</b>: '
-                f"a store of {len(r.hashes):,} blocks is refused: the CPU tier cannot evict enough "
+                f"a store of {counted(len(r.hashes), 'block')} is refused: the CPU tier cannot evict enough "
                 "(it tries again at the request's next step)</div>"
             )
         elif r.kind == "cpu_store":
             evicted = f"; evicting the least recently used {_hashes(r.cpu_evicted)}" if r.cpu_evicted else ""
             rows.append(
                 f'<div class="px-xt-row" data-px-cpu-store="{esc(r.request_id)}"><b>{rid}</b>: store job '
-                f"for {len(r.hashes):,} blocks to the CPU tier ({_hashes(r.hashes)}){evicted}</div>"
+                f"for {counted(len(r.hashes), 'block')} to the CPU tier ({_hashes(r.hashes)}){evicted}</div>"
             )
         elif r.kind == "cpu_load":
             pairs = ", ".join(f"{_h(h)} → #{b}" for h, b in list(zip(r.hashes, r.block_ids))[:MAX_CHUNKS])
             rows.append(
                 f'<div class="px-xt-row" data-px-cpu-load="{esc(r.request_id)}"><b>{rid}</b>: load job from '
-                f"the CPU tier, {len(r.hashes):,} chunks into GPU blocks: {pairs}</div>"
+                f"the CPU tier, {counted(len(r.hashes), 'chunk')} into GPU blocks: {pairs}</div>"
             )
         else:
             parts = []
             if r.hashes:
-                parts.append(f"{len(r.hashes):,} chunks written (BlockStored, medium CPU)")
+                parts.append(f"{counted(len(r.hashes), 'chunk')} written (BlockStored, medium CPU)")
             if r.cpu_loaded:
-                parts.append(f"{len(r.cpu_loaded):,} chunks loaded")
+                parts.append(f"{counted(len(r.cpu_loaded), 'chunk')} loaded")
             rows.append(f'<div class="px-xt-row" data-px-cpu-done="1">The worker reports: {"; ".join(parts)}</div>')
     return "".join(rows)
 

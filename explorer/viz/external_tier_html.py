@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from explorer.numbers import counted
 from explorer.scenario.trace import ConnectorReport, Snapshot
 from explorer.viz.chips import chip
 from explorer.viz.text import esc
@@ -43,26 +44,42 @@ def _ruler(num_tokens: int, local: int, external: int) -> str:
     return f'<div class="px-es-bar px-xt-ruler">{"".join(segs)}</div>'
 
 
-def lookup_rows_html(reports: tuple[ConnectorReport, ...], after: Snapshot, before: Snapshot) -> str:
+def lookup_rows_html(
+    reports: tuple[ConnectorReport, ...], after: Snapshot, before: Snapshot, allocated: Mapping[str, int] | None = None
+) -> str:
+    """One row per lookup. The request's tokens are those it had when schedule() looked it up,
+    before this step's update appended any; the stats count a lookup only once its allocation
+    succeeds (``allocated``: update_state_after_alloc's requests)."""
     rows = []
     lookups = [r for r in reports if r.kind == "lookup"]
     for r in lookups[:MAX_ROWS]:
-        req = after.request(r.request_id) or before.request(r.request_id)
+        req = before.request(r.request_id) or after.request(r.request_id)
         n = req.num_tokens if req is not None else 0
+        in_stats = allocated is None or r.request_id in allocated
+        apart = req is not None and req.num_preemptions > 0  # a resumed request's stats count apart
         if r.num_external_tokens is None:
             offer, ext = "cannot tell yet: the request is skipped this step, nothing recorded", 0
         else:
             ext = r.num_external_tokens
             how = "async: the request waits for remote KV" if r.load_async else "sync: counted as computed now"
-            offer = f"offers <b>{ext:,}</b> tokens after it ({how})" if ext else "offers nothing after it"
+            offer = f"offers <b>{counted(ext, 'token')}</b> after it ({how})" if ext else "offers nothing after it"
         rows.append(
             f'<div class="px-xt-row" data-px-xt-lookup="{esc(r.request_id)}"><b>{esc(r.request_id, 24)}</b>: '
-            f"local hit <b>{r.num_local_tokens:,}</b> of {n:,} tokens, then the connector {offer}; "
-            f"external queries {max(n - r.num_local_tokens, 0):,}, hits {ext:,}"
-            f"{_ruler(n, r.num_local_tokens, ext)}</div>"
+            f"local hit <b>{r.num_local_tokens:,}</b> of {counted(n, 'token')}, then the connector {offer}"
+            + (
+                f"; resumed after a preemption, so its {max(n - r.num_local_tokens, 0):,} queried and {ext:,} hit "
+                "tokens count as preempted, not in the external stats"
+                if in_stats and apart
+                else f"; external queries {max(n - r.num_local_tokens, 0):,}, hits {ext:,}"
+                if in_stats
+                else "; no blocks this step, so the external stats do not count it yet"
+                if r.num_external_tokens is not None
+                else ""
+            )
+            + f"{_ruler(n, r.num_local_tokens, ext)}</div>"
         )
     if len(lookups) > MAX_ROWS:
-        rows.append(f'<div class="px-xt-row">... and {len(lookups) - MAX_ROWS:,} more lookups</div>')
+        rows.append(f'<div class="px-xt-row">... and {counted(len(lookups) - MAX_ROWS, "more lookup")}</div>')
     return "".join(rows)
 
 
@@ -77,8 +94,8 @@ def waiting_html(after: Snapshot) -> str:
         more = f" +{len(r.block_ids) - MAX_CHIPS:,}" if len(r.block_ids) > MAX_CHIPS else ""
         rows.append(
             f'<div class="px-xt-row" data-px-xt-waiting="{esc(r.request_id)}"><b>{esc(r.request_id, 24)}</b> '
-            f"waits for remote KV with {r.num_computed_tokens:,} tokens counted as computed, holding "
-            f"{len(r.block_ids):,} blocks (hashed only when the load is done): {chips}{more}</div>"
+            f"waits for remote KV with {counted(r.num_computed_tokens, 'token')} counted as computed, holding "
+            f"{counted(len(r.block_ids), 'block')} (hashed only when the load is done): {chips}{more}</div>"
         )
     return "".join(rows)
 
@@ -88,9 +105,9 @@ def loads_html(reports: tuple[ConnectorReport, ...], num_block_stored: int) -> s
     for r in reports:
         if r.kind == "loaded":
             what = (
-                f"after a failed load only the valid prefix, {r.num_tokens:,} tokens, is kept"
+                f"after a failed load only the valid prefix, {counted(r.num_tokens, 'token')}, is kept"
                 if r.failed
-                else f"its blocks are cached now, up to {r.num_tokens:,} computed tokens"
+                else f"its blocks are cached now, up to {counted(r.num_tokens, 'computed token')}"
             )
             rows.append(
                 f'<div class="px-xt-row" data-px-xt-loaded="{esc(r.request_id)}"><b>{esc(r.request_id, 24)}</b>: '
@@ -102,7 +119,7 @@ def loads_html(reports: tuple[ConnectorReport, ...], num_block_stored: int) -> s
             rows.append(
                 f'<div class="px-xt-row px-xt-failed" data-px-xt-failed="{esc(r.request_id)}">'
                 f"<b>{esc(r.request_id, 24)}</b>: the load reported invalid blocks; "
-                f"{r.num_tokens:,} tokens stay valid{evicted}</div>"
+                f"{counted(r.num_tokens, 'token')} {'stays' if r.num_tokens == 1 else 'stay'} valid{evicted}</div>"
             )
     return "".join(rows)
 
@@ -115,7 +132,7 @@ def external_tier_html(
     num_block_stored: int,
 ) -> str:
     """The panel body; empty when the connector did nothing visible in the step."""
-    body = lookup_rows_html(reports, after, before)
+    body = lookup_rows_html(reports, after, before, allocations or {})
     allocs = {rid: n for rid, n in (allocations or {}).items()}
     if allocs:
         parts = ", ".join(f"{esc(rid, 24)} {n:,}" for rid, n in list(allocs.items())[:MAX_ROWS])
@@ -127,7 +144,8 @@ def external_tier_html(
     s = after.stats
     if "external_queries" in s:
         body += (
-            f'<div class="px-xt-row px-xt-stats">External stats so far: {s["external_requests"]:,} requests, '
-            f"{s['external_queries']:,} queries (tokens after the local hit), {s['external_hits']:,} hits</div>"
+            f'<div class="px-xt-row px-xt-stats">External stats so far: {counted(s["external_requests"], "request")}, '
+            f"{counted(s['external_queries'], 'query', 'queries')} (tokens after the local hit), "
+            f"{counted(s['external_hits'], 'hit')}</div>"
         )
     return f'<div class="px-xt">{body}</div>'

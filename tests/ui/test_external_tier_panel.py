@@ -33,5 +33,5 @@ def test_the_panel_body_follows_the_reports_not_the_scenario():
     step = trace.steps[1]
     before, after = trace.snapshot_at(1), trace.snapshot_at(2)
     html = external_tier_html(step.engine_step.connector, step.engine_step.external, before, after, 0)
-    assert "offers <b>64</b> tokens after it (async" in html and "external queries 100, hits 64" in html
+    assert "offers <b>64 tokens</b> after it (async" in html and "external queries 100, hits 64" in html
     assert external_tier_html((), None, before, before, 0) == ""

@@ -74,8 +74,9 @@ def now(trace: Trace, k: int) -> Now:
     if op.op == "arrive":
         n = len(op.prompt)
         out = len(op.output or ())
-        bs = sc.engine.block_size
-        hashed = f", {blocks_text(len(step.hashed))} hashed" if sc.engine.enable_prefix_caching else ""
+        bs = sc.hash_block_size  # the hasher's unit (hybrid groups: their sizes' GCD)
+        # a KV connector gets block hashes even without prefix caching (vLLM builds the hasher for it)
+        hashed = f", {blocks_text(len(step.hashed))} hashed" if sc.engine.enable_prefix_caching or step.hashed else ""
         return Now(
             f"arrive {rid}",
             (ENGINE_REFS["add_request"], REFS["request_init"]),
@@ -159,8 +160,11 @@ def _lookup_panel(trace: Trace, k: int) -> Panel | None:
     lk = step.lookup
     if lk is None:
         return None
+    # The record is the step's last lookup: with a connector, the request of its last lookup
+    # report (a request it cannot tell about yet is looked up but never allocated).
+    looked = [r.request_id for r in step.engine_step.connector if r.kind == "lookup"] if step.engine_step else []
     gates = [a.request_id for a in step.admissions if a.full_sequence]
-    who = gates[-1] if len(set(gates)) == 1 else "the last waiting request the step looked at"
+    who = looked[-1] if looked else gates[-1] if len(set(gates)) == 1 else "the last waiting request the step looked at"
     text: tuple[str, ...]
     if lk.skipped:
         text = (f"No lookup for {who}: {lk.skipped}.",)

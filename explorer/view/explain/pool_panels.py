@@ -96,11 +96,16 @@ def caching_panel(trace: Trace, k: int) -> Panel | None:
     s: list[str] = []
     if op.op == "admit" and step.admissions and step.cache_calls and req is not None:
         a = step.admissions[0]
-        t = step.cache_calls[0].num_tokens  # what allocate_slots passed to cache_blocks
-        full = t // bs
+        t = step.cache_calls[0].num_tokens  # what allocate_slots passed to cache_blocks (group 0)
+        m = min(a.num_computed_tokens + a.num_new_tokens, req.num_tokens)
+        groups = trace.scenario.groups
+        gbs = bs if groups is None else groups.groups[0].block_size
+        full = t // gbs
         s.append(
             f"After this step {op.id} will have min(num_computed_tokens + num_new_tokens, num_tokens) = "
-            f"min({a.num_computed_tokens:,} + {a.num_new_tokens:,}, {req.num_tokens:,}) = {t:,} tokens, so "
+            f"min({a.num_computed_tokens:,} + {a.num_new_tokens:,}, {req.num_tokens:,}) = {m:,} tokens"
+            + (f"; cache_blocks gets {t:,} of them for group 0" if t != m else "")
+            + ", so "
             + (f"its first {blocks_text(full)} are full." if full != 1 else "its first block is full.")
         )
         before = idx[0]

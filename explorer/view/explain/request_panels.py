@@ -34,19 +34,19 @@ def hashing_panel(trace: Trace, k: int) -> Panel | None:
     step = trace.steps[k - 1]
     op = step.op
     eng = trace.scenario.engine
-    bs = eng.block_size
+    bs = trace.scenario.hash_block_size  # the hasher's unit (hybrid groups: their sizes' GCD)
     refs_arrive = (REFS["request_init"], REFS["block_hasher"], REFS["hash_block_tokens"])
     if op.op == "arrive":
         n = len(op.prompt)
         full = n // bs
-        if not eng.enable_prefix_caching:
+        if not eng.enable_prefix_caching and not step.hashed:
             return Panel(
                 "hashing",
                 1,
                 PANEL_TITLES["hashing"],
                 (REFS["request_init"],),
                 (
-                    f"{op.id} arrives with {counted(n, 'token')}, {blocks_text(full)} of {bs} when full.",
+                    f"{op.id} arrives with {counted(n, 'token')}, {blocks_text(n // eng.block_size)} of {eng.block_size} when full.",
                     "Prefix caching is off, so vLLM builds no block hasher: the request carries no block hashes, nothing is looked up and nothing is cached.",
                 ),
                 "no hasher",
@@ -68,6 +68,10 @@ def hashing_panel(trace: Trace, k: int) -> Panel | None:
             )
         elif full:
             s.append("KV events publish each digest's last 8 bytes as a 64-bit integer (the event form below).")
+        if not eng.enable_prefix_caching:
+            s.append(
+                "Prefix caching is off, but the KV connector needs the hashes, so vLLM builds the block hasher anyway: nothing is looked up or cached locally."
+            )
         refs = refs_arrive + (REFS["none_hash"],) + ((REFS["extra_keys"],) if extra else ()) + (REFS["event_hash"],)
         return Panel("hashing", 1, PANEL_TITLES["hashing"], refs, tuple(s), f"{full} hashed")
     if op.op in ("sample", "generate") and step.hashed:
@@ -119,8 +123,12 @@ def lookup_panel(trace: Trace, k: int) -> Panel | None:
     ]
     if lk.cap_blocks == 0:
         s.append("That is no block at all, so the hit is 0 tokens.")
-    elif missed and hits == 0:
-        s.append("Block 0 missed, and every later hash chains through it, so the walk stops there: hit = 0 tokens.")
+    elif hits == 0:
+        s.append(
+            "Block 0 missed, and every later hash chains through it, so the walk stops there: hit = 0 tokens."
+            if missed
+            else "No block it may look at hit: hit = 0 tokens."
+        )
     elif missed:
         s.append(
             f"Blocks 0-{hits - 1} hit and block {hits} missed; every later hash chains through the missing one, so the walk stops at the first miss: "

@@ -53,13 +53,14 @@ def now(trace: Trace, k: int) -> Now:
     new = len(new_blocks(step))
     if op.op == "arrive":
         n = len(op.prompt)
-        bs = trace.scenario.engine.block_size
+        bs = trace.scenario.hash_block_size  # the hasher's unit (hybrid groups: their sizes' GCD)
         full = n // bs if trace.scenario.engine.enable_prefix_caching else 0
+        unit = f" of {bs} tokens" if bs != trace.scenario.engine.block_size else ""
         refs: tuple[Ref, ...] = (REFS["request_init"], REFS["block_hasher"])
         s = [
             f"{rid} arrives with {counted(n, 'token')}"
             + (
-                f" ({op.text and 'typed text, ' or ''}{blocks_text(full)} hashed, {tail_words(n, bs)})."
+                f" ({op.text and 'typed text, ' or ''}{blocks_text(full)}{unit} hashed, {tail_words(n, bs)})."
                 if trace.scenario.engine.enable_prefix_caching
                 else "; prefix caching is off, so it gets no block hashes."
             )
