@@ -93,6 +93,13 @@ def stop(proc: subprocess.Popen, grace: float) -> None:
 @contextlib.contextmanager
 def serve_app(log_name: str = "e2e-streamlit.log") -> Iterator[str]:
     """The app under `streamlit run` on a free loopback port, until the block ends; yields its URL."""
+    with serve_app_process(log_name) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def serve_app_process(log_name: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    """As `serve_app`, and the server's process too (for its pid: its resident size)."""
     port = _free_port()
     worker = os.environ.get("PYTEST_XDIST_WORKER")  # one log per parallel worker
     if worker:
@@ -110,7 +117,7 @@ def serve_app(log_name: str = "e2e-streamlit.log") -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, proc, log / log_name)
-        yield url
+        yield url, proc
     finally:
         stop(proc, 15)
         out.close()
