@@ -3,11 +3,13 @@
 Not part of CI (minutes of a loaded machine; reported, never asserted). Starts ``streamlit run
 app.py`` on loopback as the tests do (``PYTHONMALLOC=malloc MALLOC_ARENA_MAX=2``, as ``make run``), reads the
 server's resident size once one ordinary session has opened the explorer and left (idle), then
-opens ``--sessions`` tabs on a lesson and, ``--rounds`` times, clicks Next in every tab at once.
+opens ``--sessions`` tabs, each on one of ``--lessons`` in turn (all opened at once), and,
+``--rounds`` times, clicks Next in every tab at once. Cross-talk: after each round, a tab that
+does not show its own lesson's title at its own step.
 Each tab times its own Next in the page (from its click until the next step is drawn and the
 page is idle, the browser tests' rule), so the tabs read one after another do not add up. Then
 every tab closes and the resident size is read until it is back within 20 % of idle or
-``--settle`` seconds pass. Prints Next median and p90, errors, peak and settled memory.
+``--settle`` seconds pass. Prints Next median and p90, errors, cross-talk, peak and settled memory.
 
 Run:  .venv/bin/python scripts/bench_class.py [--sessions 28] [--rounds 3] [--json]
 """
@@ -64,8 +66,26 @@ def _say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
-def run(sessions: int, rounds: int, lesson: str, settle: float) -> dict:
+def _title(lesson: str) -> str:
+    import tomllib
+
+    return tomllib.loads((ROOT / "lessons" / f"{lesson}.toml").read_text(encoding="utf-8"))["title"]
+
+
+def _cross_talk(pages: list, lessons: list[str], k: int) -> int:
+    """Tabs not showing their own lesson (by its title) at step ``k``."""
+    wrong = 0
+    for i, pg in enumerate(pages):
+        title = pg.locator(".px-title-main").first.inner_text().strip()
+        now = pg.locator(".px-now").first.get_attribute("data-px-now")
+        wrong += title != _title(lessons[i % len(lessons)]) or now != str(k)
+    return wrong
+
+
+def run(sessions: int, rounds: int, lessons: list[str], settle: float) -> dict:
     from playwright.sync_api import sync_playwright
+
+    lesson = lessons[0]
 
     port = _free_port()
     log = open(ROOT / "test-output" / "bench-class-streamlit.log", "wb")  # noqa: SIM115
@@ -99,11 +119,12 @@ def run(sessions: int, rounds: int, lesson: str, settle: float) -> dict:
             _say(f"idle {idle:.0f} MiB; opening {sessions} sessions")
             contexts = [browser.new_context(viewport={"width": 1300, "height": 900}) for _ in range(sessions)]
             pages = [c.new_page() for c in contexts]
-            for pg in pages:
+            for i, pg in enumerate(pages):
                 pg.set_default_timeout(300_000)
-                pg.goto(f"{url}/?lesson={lesson}")
+                pg.goto(f"{url}/?lesson={lessons[i % len(lessons)]}", wait_until="commit")
             for pg in pages:
                 _ready(pg, 0)
+            cross_talk = _cross_talk(pages, lessons, 0)
             loaded = rss_mib(server.pid)
             _say(f"{sessions} sessions at step 0, {loaded:.0f} MiB")
             times: list[float] = []
@@ -115,6 +136,7 @@ def run(sessions: int, rounds: int, lesson: str, settle: float) -> dict:
                     pg.wait_for_function("() => window.__pxDone !== undefined", timeout=300_000, polling=100)
                     times.append(pg.evaluate("() => window.__pxDone") / 1000)
                     peak = max(peak, rss_mib(server.pid))
+                cross_talk += _cross_talk(pages, lessons, k)
                 _say(f"round {k}: Next median so far {statistics.median(times):.2f} s")
             errors = sum(pg.locator('[data-testid="stException"]').count() for pg in pages)
             for c in contexts:
@@ -134,6 +156,8 @@ def run(sessions: int, rounds: int, lesson: str, settle: float) -> dict:
             "next_p90_s": round(statistics.quantiles(times, n=10)[-1], 2) if len(times) > 1 else round(times[0], 2),
             "next_max_s": round(times[-1], 2),
             "errors": errors,
+            "cross_talk": cross_talk,
+            "lessons": len(lessons),
             "idle_mib": round(idle),
             "loaded_mib": round(loaded),
             "peak_mib": round(peak),
@@ -155,12 +179,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--sessions", type=int, default=28)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--lesson", default="00_two_chat_turns")
+    ap.add_argument(
+        "--lessons",
+        default="00_two_chat_turns,01_hash_chain,04_touch_then_allocate,06_free_order_lru,14_engine_step",
+        help="the tabs open these lessons in turn (comma separated)",
+    )
     ap.add_argument("--settle", type=float, default=90.0)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     (ROOT / "test-output").mkdir(exist_ok=True)
-    res = run(a.sessions, a.rounds, a.lesson, a.settle)
+    res = run(a.sessions, a.rounds, [s.strip() for s in a.lessons.split(",") if s.strip()], a.settle)
     print(json.dumps(res) if a.json else "\n".join(f"{k}: {v}" for k, v in res.items()))
     return 0
 
