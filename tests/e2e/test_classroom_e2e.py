@@ -103,3 +103,28 @@ def test_serve_class_refuses_a_bad_port():
         timeout=60,
     )
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "PORT must be 1-65535" in out.stderr
+
+
+def test_presenter_mode_draws_the_class_address_as_a_qr_code(px_browser, class_url):
+    # The presenter screen is what the room sees: its QR code must open the served address.
+    ctx = px_browser.new_context(viewport={"width": 1920, "height": 1080})
+    ctx.set_default_timeout(90_000)
+    page = ctx.new_page()
+    try:
+        page.goto(f"{class_url}/?lesson=03_lookup_cap&presenter=1")
+        page.locator(".px-now").first.wait_for()
+        wait_idle(page)
+        page.get_by_text("Class address: a QR code for the room").first.click()
+        box = page.locator(".px-join").first
+        expect(box).to_be_visible()
+        shown = box.get_attribute("data-px-join-url")
+        assert shown is not None and shown.startswith(class_url), (shown, class_url)
+        img = page.locator(".st-key-px_join_qr img").first
+        img.evaluate("el => el.decode()")
+        wait_idle(page)
+        png = SHOTS / "class-qr-presenter.png"
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        img.screenshot(path=str(png), animations="disabled")
+        assert _decode_qr(png) == shown
+    finally:
+        ctx.close()
