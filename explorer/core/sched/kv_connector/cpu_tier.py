@@ -177,9 +177,9 @@ class CPUOffloadingManager:
     def _evict(self, n: int, protected: set[OffloadKey]) -> list[OffloadKey] | None:
         """The n least recently used evictable chunks outside ``protected``; None (and no
         change) if there are fewer."""
-        chosen: list[tuple[int, OffloadKey]] = []
+        chosen: list[tuple[Rank, OffloadKey]] = []
         chosen_keys: set[OffloadKey] = set()
-        skipped: list[tuple[int, OffloadKey]] = []
+        skipped: list[tuple[Rank, OffloadKey]] = []
         while self._heap and len(chosen) < n:
             rank, key = heapq.heappop(self._heap)
             if key not in self._evictable or self._ranks.get(key) != rank or key in chosen_keys:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from explorer.core.errors import SchedulingError
 from explorer.core.events import BlockRemoved, BlockStored, KVCacheEvent
 from explorer.core.hashing import BlockHash, maybe_convert_block_hash
+from explorer.core.metrics import HOST
 from explorer.core.release import VLLM_0_31, VllmRelease
 from explorer.core.request import RequestStatus
 from explorer.core.sched.kv_connector.base import ConnectorWorker, KVConnectorBase, KVTransferConfig
@@ -92,6 +93,11 @@ class JobStatus:
 
 
 class OffloadingConnector(KVConnectorBase):
+    # 0.33.0 attributes the hits to the tier each loaded chunk came from, the CPU here: every
+    # external token lies in a loaded chunk (CPUOffloadingManager.get_load_source,
+    # cpu/manager.py:208-211 in 0.33.0).
+    cache_hit_source = HOST
+
     def __init__(
         self,
         config: KVTransferConfig,
@@ -341,7 +347,7 @@ class OffloadingConnector(KVConnectorBase):
         out: list[KVCacheEvent] = []
         for ev in self.manager.take_events():
             if ev.metadata_only:
-                continue  # a failed store's chunks: no public removal (offloading/events.py:438-441 in 0.33.0)
+                continue  # metadata_only: a failed store's chunks, no public removal (offloading/events.py:438-441 in 0.33.0)
             hashes = [maybe_convert_block_hash(BlockHash(k), self.use_int_block_hashes) for k in ev.keys]
             if ev.removed:
                 out.append(BlockRemoved(hashes, MEDIUM_CPU, group_idx=0))
