@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 CACHE_HIT_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")
 DEVICE = CACHE_HIT_SOURCES[0]
 EXTERNAL_UNSPECIFIED = CACHE_HIT_SOURCES[-1]
+HOST = CACHE_HIT_SOURCES[1]
 
 
 @dataclass

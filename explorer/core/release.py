@@ -27,7 +27,8 @@ class VllmRelease:
     cache_on_token_arrival_with_drafts: bool
     # 3. The offloading connector's CPU tier ranks chunks per request (request, -position) and
     #    refreshes them on access (LRUCachePolicy._get_request_rank,
-    #    kv_offload/cpu/policies/lru.py:51-61, 108-152 in 0.33.0).
+    #    kv_offload/cpu/policies/lru.py:51-61, 108-152 in 0.33.0); a failed store frees its
+    #    chunks with a metadata-only removal (complete_store, cpu/manager.py:382-410 in 0.33.0).
     request_scoped_cpu_lru: bool
     # 4. A hash block size (prefix_match_unit) different from the block size with one group
     #    is refused, since 0.32 (kv_cache_utils.py:843-857 in 0.33.0).
@@ -53,6 +54,18 @@ class VllmRelease:
     #    _update_request_with_output, scheduler.py:2442-2451, and the AsyncScheduler's override
     #    resolves the kept ones, async_scheduler.py:67-70).
     trim_computed_at_stop: bool
+    # 9. The offloading connector's flush of a preempted request's jobs (preempted_req_ids in
+    #    build_connector_meta) leaves out the loads of the step being built, which a reset with
+    #    running can issue for the request it preempted (offloading/scheduler.py:2137-2151 in
+    #    0.33.0); 0.31.0's build_connector_meta asserts that every such job is a store
+    #    (offloading/scheduler.py:1788-1794).
+    flush_skips_new_loads: bool
+    # 10. The offloading connector's lookup for a request (get_num_new_matched_tokens, at its
+    #     admission or re-admission after a preemption) sets next_stored_chunk_idx to 0, so the
+    #     chunks it stored before are offered again (offloading/scheduler.py:1243-1245 in
+    #     0.33.0); 0.31.0's get_num_new_matched_tokens clears only the block ids
+    #     (offloading/scheduler.py:1063-1065).
+    lookup_restarts_stores: bool
     # Not a behaviour but a gap: a KV connector with speculative decoding under the sync
     # scheduler replays differently from 0.33.0's Scheduler (it schedules more requests in a
     # step) for a cause not yet found, so the engine refuses that combination under it.
@@ -69,6 +82,8 @@ VLLM_0_31 = VllmRelease(
     partial_tail_below_last_token=False,
     cache_capped_by_hashes=False,
     trim_computed_at_stop=False,
+    flush_skips_new_loads=False,
+    lookup_restarts_stores=False,
     models_kv_connector_with_sync_drafts=True,
 )
 VLLM_0_33 = VllmRelease(
@@ -81,6 +96,8 @@ VLLM_0_33 = VllmRelease(
     partial_tail_below_last_token=True,
     cache_capped_by_hashes=True,
     trim_computed_at_stop=True,
+    flush_skips_new_loads=True,
+    lookup_restarts_stores=True,
     models_kv_connector_with_sync_drafts=False,
 )
 RELEASES: dict[str, VllmRelease] = {r.version: r for r in (VLLM_0_31, VLLM_0_33)}

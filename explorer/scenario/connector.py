@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from explorer.core.release import VLLM_0_31, VllmRelease
 from explorer.core.sched.kv_connector.base import ConnectorWorker, KVConnectorBase, KVTransferConfig
 from explorer.core.sched.kv_connector.offloading import OffloadingConnector, OffloadingWorker
 from explorer.core.sched.kv_connector.static import Held, StaticConnector, StaticWorker
@@ -10,7 +11,7 @@ from explorer.scenario.spec import EngineConfig
 
 
 def make_connector(
-    spec: ConnectorSpec | None, cfg: EngineConfig
+    spec: ConnectorSpec | None, cfg: EngineConfig, release: VllmRelease = VLLM_0_31
 ) -> tuple[KVConnectorBase | None, ConnectorWorker | None]:
     """The scheduler side and the played worker side of ``engine.kv_connector`` (kv_both)."""
     if spec is None:
@@ -20,7 +21,13 @@ def make_connector(
         return StaticConnector(config), StaticWorker()
     assert spec.kind == "offloading", spec.kind
     connector = OffloadingConnector(
-        config, spec.cpu_blocks, cfg.block_size, cfg.enable_prefix_caching, cfg.events, cfg.int_block_hashes
+        config,
+        spec.cpu_blocks,
+        cfg.block_size,
+        cfg.enable_prefix_caching,
+        cfg.events,
+        cfg.int_block_hashes,
+        release,
     )
     return connector, OffloadingWorker()
 

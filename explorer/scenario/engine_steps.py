@@ -154,7 +154,7 @@ class EngineStepReplay:
             scenario.release,
         )
         self.publisher = KVEventCollector()
-        self.connector, worker = make_connector(scenario.connector, cfg)
+        self.connector, worker = make_connector(scenario.connector, cfg, scenario.release)
         self.engine_core = make_engine_core(self.manager, config, self.publisher, self.connector, worker)
         self.external_totals = PrefixCacheStats()  # the connector's, summed likewise
         self._snapshots = Snapshots(self.manager, GROUP_0, groups is not None)

@@ -38,12 +38,9 @@ def check_release(
 ) -> None:
     """What only the chosen release refuses: since 0.32 a hash block size (vLLM's
     prefix_match_unit) other than the block size with one group (kv_cache_utils.py:843-857 in
-    0.33.0); 0.31.0 ignores it. And what the engine does not mirror for the release: 0.33's
-    offloading connector ranks its CPU tier per request (the request_scoped_cpu_lru switch),
-    which is not modelled, so an offloading scenario under it is refused rather than wrong."""
+    0.33.0); 0.31.0 ignores it. And what the engine does not mirror for the release: a KV
+    connector with drafts under the sync scheduler in 0.33.0."""
     release = vllm_release(version)
-    if kv is not None and kv.kind == "offloading" and release.request_scoped_cpu_lru:
-        raise fail("engine.kv_connector", not_modelled('kind = "offloading" (its CPU tier\'s eviction rule)', version))
     if kv is not None and sync_drafts and not release.models_kv_connector_with_sync_drafts:
         raise fail(
             "engine.kv_connector",

@@ -26,11 +26,10 @@ GOLDEN = golden_paths()
 REPO = Path(__file__).resolve().parents[2]
 ENGINE_STEP_LESSONS = [p for p in sorted((REPO / "lessons").glob("*.toml")) if load_scenario(p).sched is not None]
 RANDOM_SEEDS = range(300)
-# The offloading connector is refused under 0.33.0 (its CPU tier's eviction rule is not
-# modelled): those goldens and lessons compare under 0.31.0 only, and the refusal is a test.
+# A KV connector with drafts under the sync scheduler is refused under 0.33.0 (not modelled):
+# those goldens compare under 0.31.0 only, and the refusal is a test.
 GOLDEN_CASES = modelled_cases(GOLDEN, load_scenario)
 LESSON_CASES = modelled_cases(ENGINE_STEP_LESSONS, load_scenario)
-REFUSED_AT_033 = {"offloading_"}  # name prefixes of the goldens 0.33.0 refuses
 
 
 def ours(scenario) -> dict:
@@ -51,18 +50,19 @@ def _ids(case) -> str:
     return f"{case[0]}-{case[1].stem}"
 
 
-def test_only_the_offloading_scenarios_are_refused_under_0_33():
+def test_only_a_connector_with_sync_drafts_is_refused_under_0_33():
     cases = {*GOLDEN_CASES, *LESSON_CASES}
     assert all(("0.31.0", p) in cases for p in [*GOLDEN, *ENGINE_STEP_LESSONS])  # 0.31.0 refuses none
     refused = [p for p in [*GOLDEN, *ENGINE_STEP_LESSONS] if ("0.33.0", p) not in cases]
-    assert refused, "the offloading goldens and lessons exist"
-    for path in refused:
-        scenario = load_scenario(path)
-        assert scenario.connector is not None and scenario.connector.kind == "offloading", path.stem
-        assert refusal(scenario, "0.31.0") is None
-        assert 'kind = "offloading"' in (refusal(scenario, "0.33.0") or ""), path.stem
-    assert all(p.stem.startswith(tuple(REFUSED_AT_033)) for p in refused if p in GOLDEN)
-    assert {p.stem for p in GOLDEN if p.stem.startswith("offloading_")} <= {p.stem for p in refused}
+    assert [p.stem for p in refused] == ["offloading_with_drafts"]
+    scenario = load_scenario(refused[0])
+    assert scenario.connector is not None and scenario.speculative is not None
+    assert 'speculative decoding under scheduler = "sync"' in (refusal(scenario, "0.33.0") or "")
+    # every other offloading golden and lesson compares under 0.33.0 too
+    offloading = [
+        p for p in [*GOLDEN, *ENGINE_STEP_LESSONS] if (c := load_scenario(p).connector) and c.kind == "offloading"
+    ]
+    assert len(offloading) >= 6 and all(("0.33.0", p) in cases for p in offloading if p not in refused)
 
 
 @pytest.mark.parametrize("case", GOLDEN_CASES, ids=_ids)

@@ -11,7 +11,6 @@ scenarios vLLM itself fails on, which the mirror refuses as bad input at the sam
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 
 import pytest
 
@@ -25,7 +24,7 @@ from tests.conformance.fidelity_scenarios import (
     random_spec_threshold_raw_scenario,
     random_tight_spec_raw_scenario,
 )
-from tests.conformance.oracle import at_release, compare, refusal
+from tests.conformance.oracle import at_release, compare
 
 pytestmark = pytest.mark.conformance
 
@@ -37,9 +36,6 @@ PROFILES = {
     "offloading_reuse": random_offloading_reuse_raw_scenario,
     "spec_threshold": random_spec_threshold_raw_scenario,
 }
-# The releases whose offloading connector the explorer refuses as not modelled (0.33.0 ranks
-# its CPU tier per request: the request_scoped_cpu_lru switch).
-NO_OFFLOADING = ("0.33.0",)
 
 
 def _ours(raw: dict, release: str | None = None) -> dict:
@@ -74,13 +70,6 @@ def differences(raw: dict, theirs: dict, release: str | None = None) -> list[str
 def test_random_fidelity_profiles_match_vllm(vllm_sched_oracle, profile: str):
     release = vllm_sched_oracle.vllm
     raws = [PROFILES[profile](seed) for seed in SEEDS]
-    if release in NO_OFFLOADING and profile == "offloading_reuse":
-        # The explorer does not mirror this release's CPU tier yet: every seed is refused in
-        # one line, as test_offloading_conformance.py asserts for its batch.
-        for raw in raws:
-            line = refusal(parse_scenario_dict(raw, raw["title"]), release)
-            assert line is not None and 'kind = "offloading"' in line and "\n" not in line, raw["title"]
-        return
     scenarios = [at_release(parse_scenario_dict(raw, raw["title"]), vllm_sched_oracle) for raw in raws]
     answers = vllm_sched_oracle.replay_many(sc.normalized(sc.engine.hash_seed or None) for sc in scenarios)
     differing = {
@@ -148,27 +137,22 @@ RESET_THEN_CPU_HIT = _offloading(
     [
         (REUSED_TOO_SOON, "the KV connector still tracks the earlier request", True),
         # 0.31.0 asserts that a preempted request's jobs are stores (offloading/scheduler.py:
-        # 1793); 0.33.0 leaves this step's load jobs out of the flush and runs it (:2137-2145).
+        # 1793); 0.33.0 leaves this step's load jobs out of the flush and runs it (:2137-2151).
         (RESET_THEN_CPU_HIT, "loads from the CPU tier in the same step", False),
     ],
     ids=["reused_id_too_soon", "reset_running_then_cpu_hit"],
 )
 def test_what_vllm_fails_on_is_one_line_of_bad_input(vllm_sched_oracle, raw: dict, words: str, fails_in_033: bool):
     release = vllm_sched_oracle.vllm
-    if release in NO_OFFLOADING:
-        # Refused as not modelled under this release, in one line, before any step; what
-        # vLLM's own classes of that release do with it is asserted so that modelling its CPU
-        # tier later starts from the facts (one still fails, one runs).
-        line = refusal(parse_scenario_dict(raw, raw["title"]), release)
-        assert line is not None and 'kind = "offloading"' in line and "\n" not in line
-        sc = replace(parse_scenario_dict(raw, raw["title"]), vllm=release)
-        theirs = vllm_sched_oracle.replay(sc.normalized(None), allow_error=True)
-        assert ("vLLM raised" in theirs.get("error", "")) == fails_in_033, theirs.get("error")
-        return
-    mine = _ours(raw)
-    assert "error" in mine and words in mine["error"] and "\n" not in mine["error"]
-    sc = parse_scenario_dict(raw, raw["title"])
+    sc = at_release(parse_scenario_dict(raw, raw["title"]), vllm_sched_oracle)
     theirs = vllm_sched_oracle.replay(sc.normalized(None), allow_error=True)
+    mine = _ours(raw, release)
+    if release == "0.33.0" and not fails_in_033:
+        # what this release runs, we replay, with vLLM's own answer
+        assert "error" not in theirs and "error" not in mine, (theirs.get("error"), mine.get("error"))
+        assert compare(mine, theirs) == []
+        return
+    assert "error" in mine and words in mine["error"] and "\n" not in mine["error"]
     assert "vLLM raised" in theirs.get("error", ""), theirs.get("error")
     # vLLM fails at the refused step or later (a reused id fails when the earlier stores land).
     mine_at, theirs_at = _failing_step(mine["error"]), _failing_step(theirs["error"])

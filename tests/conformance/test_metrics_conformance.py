@@ -14,8 +14,8 @@ as sets: ``*_created``, the timing histograms, ``vllm:cache_config_info`` and th
 connector's transfer and lookup-delay families excluded (``exposition_samples.py``). Cases: the
 engine-step goldens, the engine-step lessons, random scenarios under both schedulers, random
 static-connector, random offloading and random speculative scenarios (the random batches
-smaller under 0.33.0, `seeds_for`; the offloading connector under 0.31.0 only, since 0.33.0's
-is refused by the explorer and that refusal is tested with the engine-step tier). A missing
+smaller under 0.33.0, `seeds_for`; under 0.33.0 without its ``vllm:kv_offload_config_info``,
+whose labels hold the CPU tier's size in bytes, which the explorer does not model). A missing
 vLLM of either release fails, as the whole tier does.
 """
 
@@ -166,7 +166,26 @@ def test_registry_samples_are_the_texts():
     assert any("_bucket{" in k for k in snapshots[-1]) and any(v > 0 for v in snapshots[-1].values())
 
 
+# 0.33.0's info gauge of the offloading connector's CPU tier: its labels hold the tier's size in
+# bytes, a fact of the driver's KV spec (vllm_offloading.chunk_bytes) the explorer has no model
+# of, so the family is left out of both sides (design section 15).
+OFFLOAD_CONFIG_INFO = "vllm:kv_offload_config_info"
+
+
+def _without_offload_config_info(answer: dict) -> dict:
+    def keep(samples: dict) -> dict:
+        return {k: v for k, v in samples.items() if not k.startswith(OFFLOAD_CONFIG_INFO)}
+
+    final = answer["final"]
+    return {
+        **answer,
+        "deltas": [keep(d) for d in answer["deltas"]],
+        "final": {**final, "samples": keep(final["samples"]), "families": keep(final["families"])},
+    }
+
+
 def differences(mine: dict, theirs: dict) -> list[str]:
+    mine, theirs = _without_offload_config_info(mine), _without_offload_config_info(theirs)
     out = []
     for i, (a, b) in enumerate(zip(mine["deltas"], theirs["deltas"], strict=True)):
         if a != b:  # i counts step ops
@@ -185,15 +204,16 @@ def differences(mine: dict, theirs: dict) -> list[str]:
 
 def test_every_engine_step_golden_and_lesson_has_metrics_under_both_releases():
     """`explorer metrics` refuses no scenario for its release's families; what 0.33.0 refuses
-    (the offloading connector) is refused by the scenario's engine, with the same line."""
+    (a KV connector with drafts under the sync scheduler) is refused by the scenario's engine,
+    with the same line."""
     for path in [*golden_paths(), *ENGINE_STEP_LESSONS]:
         load_trace(str(path), "0.31.0")
         reason = refusal(load_scenario(path), "0.33.0")
         if reason is None:
             load_trace(str(path), "0.33.0")
             continue
-        assert 'kind = "offloading"' in reason, path.stem
-        with pytest.raises(BadInput, match="offloading"):
+        assert "speculative decoding" in reason, path.stem
+        with pytest.raises(BadInput, match="speculative decoding"):
             load_trace(str(path), "0.33.0")
 
 
@@ -294,8 +314,8 @@ def offload_families(families) -> set[str]:
 
 def test_offloading_families_are_exported_or_excluded_by_name(vllm_oracles):
     """With the offloading connector vLLM registers exactly the families we export plus those we
-    leave out: nothing of vLLM's is dropped unnamed, and every excluded name exists (0.31.0:
-    the explorer refuses the offloading connector under 0.33.0)."""
+    leave out: nothing of vLLM's is dropped unnamed, and every excluded name exists (0.31.0's
+    families)."""
     metrics_oracle = vllm_oracles.get(VllmMetricsOracle, RELEASES[0])
     scenario = load_scenario(HERE.parent / "scenario/golden/engine_steps/offloading_larger_than_cpu_tier.toml")
     theirs = metrics_oracle.replay(normalized(scenario))
@@ -306,11 +326,12 @@ def test_offloading_families_are_exported_or_excluded_by_name(vllm_oracles):
     assert differences(ours(scenario), theirs) == []
 
 
-def test_random_offloading_scenarios_match_vllm(vllm_oracles):
+@pytest.mark.parametrize("release", RELEASES)
+def test_random_offloading_scenarios_match_vllm(vllm_oracles, release: str):
     """The offloading connector's scheduler-side families (and every other sample) on random
     offloading scenarios under both schedulers: tiers too small for a request (refused stores),
-    evictions, loads pinning chunks (read usage) and stores in flight (write usage); 0.31.0 only."""
-    metrics_oracle = vllm_oracles.get(VllmMetricsOracle, RELEASES[0])
+    evictions, loads pinning chunks (read usage) and stores in flight (write usage)."""
+    metrics_oracle = vllm_oracles.get(VllmMetricsOracle, release)
     scenarios = [
         parse_scenario_dict(raw, f"random offloading seed {seed} ({raw['engine']['scheduler']})")
         for seed in OFFLOADING_SEEDS

@@ -130,21 +130,60 @@ def test_0_33_registers_the_full_attention_partial_tail_below_the_last_prompt_to
 
 
 OFFLOADING = REPO / "tests" / "scenario" / "golden" / "engine_steps" / "offloading_back_from_cpu.toml"
-NOT_MODELLED = 'is not modelled for vLLM 0.33.0 yet: use vllm = "0.31.0"'
 
 
-def test_0_33_refuses_the_offloading_connector_until_its_cpu_lru_is_modelled(capsys):
+def test_both_releases_replay_the_offloading_connector(capsys):
     sc = load_scenario(OFFLOADING)
     assert sc.connector is not None and sc.connector.kind == "offloading" and sc.vllm == "0.31.0"
-    with pytest.raises(BadInput, match="engine.kv_connector: .*" + NOT_MODELLED.replace("(", r"\(")):
-        with_release(sc, "0.33.0")
+    assert with_release(sc, "0.33.0").vllm == "0.33.0"
     text = OFFLOADING.read_text().replace("[engine]\n", '[engine]\nvllm = "0.33.0"\n', 1)
-    with pytest.raises(BadInput, match=NOT_MODELLED):
-        parse_scenario_text(text)
-    assert main(["run", str(OFFLOADING), "--vllm", "0.33.0"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and NOT_MODELLED in err
-    assert main(["run", str(OFFLOADING), "--vllm", "0.31.0"]) == 0
+    assert parse_scenario_text(text).vllm == "0.33.0"
+    for version in ("0.33.0", "0.31.0"):
+        assert main(["run", str(OFFLOADING), "--vllm", version]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+
+
+# A reset with running preempts B, whose re-admission loads from the CPU tier in that step.
+RESET_THEN_CPU_HIT = (
+    """
+title = "reset with running, then a CPU hit"
+[engine]
+block_size = 4
+num_blocks = 20
+scheduler = "sync"
+kv_connector = { kind = "offloading", cpu_blocks = 8 }
+[[steps]]
+op = "arrive"
+id = "A"
+prompt = "0:13"
+output = [100]
+"""
+    + '[[steps]]\nop = "step"\n' * 4
+    + """
+[[steps]]
+op = "arrive"
+id = "B"
+prompt = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 50, 51]
+output = [101, 102, 103, 104]
+"""
+    + '[[steps]]\nop = "step"\n' * 2
+    + """
+[[steps]]
+op = "reset"
+running = true
+"""
+    + '[[steps]]\nop = "step"\n' * 8
+)
+
+
+def test_a_reset_that_preempts_a_cpu_load_runs_under_0_33_only():
+    sc = parse_scenario_text(RESET_THEN_CPU_HIT)
+    with pytest.raises(BadInput, match="loads from the CPU tier in the same step"):
+        replay(sc, record=False)
+    trace = replay(with_release(sc, "0.33.0"), record=False).to_json()
+    assert trace["final"]["vllm"] == "0.33.0"
+    loads = [st["external"] for st in trace["steps"] if st.get("external")]
+    assert any(n > 0 for ext in loads for n in ext.values()), loads
 
 
 def test_explorer_metrics_exports_the_chosen_releases_families(capsys):

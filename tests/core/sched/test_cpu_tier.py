@@ -1,5 +1,5 @@
 """The offloading connector's CPU tier (core/sched/kv_connector/cpu_tier.py): vLLM 0.31.0's
-CPUOffloadingManager with the LRU policy, driven by hand."""
+CPUOffloadingManager with the LRU policy, and 0.33.0's request-scoped one, driven by hand."""
 
 from __future__ import annotations
 
@@ -136,3 +136,56 @@ def test_eviction_always_takes_the_lowest_ranked_evictable_chunks():
             m.complete_load(pinned.pop(rng.randrange(len(pinned))))
         if rng.random() < 0.5:
             m.on_request_finished(c)
+
+
+# ---- 0.33.0: request-scoped ranks (request_scoped = True) -----------------------------------
+
+
+def test_under_0_33_a_request_s_chunks_share_its_rank_tail_first():
+    m = CPUOffloadingManager(4, enable_events=True, request_scoped=True)
+    a, b = ctx("A", [b"a0", b"a1"]), ctx("B", [b"b0"])
+    stored(m, a, [b"a0"])
+    stored(m, b, [b"b0"])
+    stored(m, a, [b"a1"])  # a later batch of A ranks with A, below B: A took its rank first
+    assert lru(m) == [b"a1", b"a0", b"b0"]
+    # 0.31.0 ranks each insertion by the counter: the later store is the most recent
+    old = CPUOffloadingManager(4, enable_events=True)
+    a, b = ctx("A", [b"a0", b"a1"]), ctx("B", [b"b0"])
+    stored(old, a, [b"a0"])
+    stored(old, b, [b"b0"])
+    stored(old, a, [b"a1"])
+    assert lru(old) == [b"a0", b"b0", b"a1"]
+
+
+def test_under_0_33_a_first_access_raises_a_chunk_to_the_reader_s_rank():
+    m = CPUOffloadingManager(4, enable_events=True, request_scoped=True)
+    a, b = ctx("A", [b"a0", b"a1"]), ctx("B", [b"a0", b"a1"])
+    stored(m, a, [b"a0", b"a1"])
+    c = ctx("C", [b"c0"])
+    stored(m, c, [b"c0"])
+    assert lru(m) == [b"a1", b"a0", b"c0"]
+    m.prepare_load([b"a0"], b)  # B reads A's first chunk: B's rank, above C's
+    m.complete_load([b"a0"])
+    assert lru(m) == [b"a1", b"c0", b"a0"]
+    # a store offering chunks the tier holds records them too: B's rank at their positions
+    assert m.prepare_store([b"a0", b"a1"], b) == ([], [])
+    assert lru(m) == [b"c0", b"a1", b"a0"]
+    m.on_request_finished(b)  # a finish re-ranks by the counter, head most recent
+    assert lru(m) == [b"c0", b"a1", b"a0"]
+    assert stored(m, ctx("D", [b"d0", b"d1"]), [b"d0", b"d1"]) == [b"c0"]
+
+
+def test_under_0_33_a_failed_store_frees_its_chunks_without_a_public_removal():
+    m = CPUOffloadingManager(2, enable_events=True, request_scoped=True)
+    a = ctx("A", [b"a0", b"a1"])
+    assert m.prepare_store([b"a0", b"a1"], a) == ([b"a0", b"a1"], [])
+    assert m.complete_store([b"a0", b"a1"], success=False) == []
+    assert m.lookup(b"a0") == LookupResult.MISS and lru(m) == []
+    (event,) = m.take_events()
+    assert event.removed and event.metadata_only and event.keys == (b"a0", b"a1")
+    # dropped keys stored again before the events are taken leave the removal
+    m.prepare_store([b"a0"], a)
+    m.complete_store([b"a0"], success=False)
+    stored(m, ctx("B", [b"a0"]), [b"a0"])
+    assert [(e.keys, e.metadata_only) for e in m.take_events()] == [((b"a0",), False)]
+    assert m.get_stats().cpu_cache_write_usage == 0.0

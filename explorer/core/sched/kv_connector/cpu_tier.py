@@ -1,5 +1,6 @@
-"""The CPU tier of the offloading connector: vLLM 0.31.0's `CPUOffloadingManager` with its
-`LRUCachePolicy` (vllm/v1/kv_offload/cpu/manager.py, cpu/policies/lru.py, base.py).
+"""The CPU tier of the offloading connector: vLLM's `CPUOffloadingManager` with its
+`LRUCachePolicy` (vllm/v1/kv_offload/cpu/manager.py, cpu/policies/lru.py, base.py), as in
+0.31.0 or, with ``request_scoped`` (the release switch ``request_scoped_cpu_lru``), as in 0.33.0.
 
 The tier holds ``num_chunks`` chunks, each the KV of one offloaded chunk of blocks (one GPU
 block here), named by an offload key (the block hash; one KV cache group). A chunk is written
@@ -13,8 +14,11 @@ being written.
 Recency is a rank per chunk (higher: more recently used): a chunk gets one when it is inserted,
 and when a request finishes, every chunk it stored or loaded (still in the tier) gets a new
 rank, from its last block back to its first, so a prefix's first block is the most recently
-used. Eviction takes the lowest ranks among the evictable chunks, never one of the store's own
-keys. Chunk ids come from a fresh counter first, then from the freed list (last freed first).
+used. Under 0.33.0 a rank is a pair: the chunks a request stores or first accesses share that
+request's rank (taken from the counter when the request first records an access, once per
+cache generation), ordered by token position, its tail below its head; an access raises a
+chunk to the accessing request's rank, never lowers it; a finish re-ranks as above. Eviction
+takes the lowest ranks among the evictable chunks, never one of the store's own keys. Chunk ids come from a fresh counter first, then from the freed list (last freed first).
 With events on, each eviction is one removal event and each completed store one store event.
 ``get_stats`` reports, once per update, the chunks each store asked for since the last call
 (a refused store's too) and the share of the tier pinned by in-flight stores and loads.
@@ -30,6 +34,8 @@ from enum import Enum, auto
 from explorer.core.sched.output import OffloadingConnectorStats
 
 OffloadKey = bytes  # the block hash of a chunk's last block (group 0)
+# A chunk's recency: (counter, 0) for a plain use; under 0.33.0 also (request rank, -position).
+Rank = tuple[int, int]
 
 
 class LookupResult(Enum):
@@ -67,12 +73,16 @@ class ReqContext:
     req_id: str
     positions: dict[OffloadKey, int] = field(default_factory=dict)
     access: RequestCacheAccess | None = None
+    # 0.33.0: the request's rank and the cache generation it was taken in (vLLM's _RequestRank).
+    request_rank: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
 class OffloadingEvent:
     keys: tuple[OffloadKey, ...]
     removed: bool  # True: evicted; False: stored
+    # A failed store's chunks dropped (0.33.0): bookkeeping only, no public removal.
+    metadata_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,18 +96,19 @@ class CPUChunk:
 
 
 class CPUOffloadingManager:
-    def __init__(self, num_chunks: int, enable_events: bool) -> None:
+    def __init__(self, num_chunks: int, enable_events: bool, request_scoped: bool = False) -> None:
         self.num_chunks = num_chunks
+        self.request_scoped = request_scoped
         self._num_allocated_chunks = 0
         self._free_list: list[int] = []
         self.events: list[OffloadingEvent] | None = [] if enable_events else None
         # The LRU policy: every chunk, its rank, and which are evictable (ready, unpinned).
         self.chunks: dict[OffloadKey, ChunkStatus] = {}
-        self._ranks: dict[OffloadKey, int] = {}
+        self._ranks: dict[OffloadKey, Rank] = {}
         self._evictable: set[OffloadKey] = set()
         # The evictable chunks by rank, lazily: an entry counts only while its key is evictable
         # with that rank (a key re-ranked or pinned leaves a stale entry behind).
-        self._heap: list[tuple[int, OffloadKey]] = []
+        self._heap: list[tuple[Rank, OffloadKey]] = []
         self._next_rank = 0
         self._cache_generation = 0
         self._num_write_pending_chunks = 0  # chunks being written (ref_cnt -1)
@@ -121,20 +132,54 @@ class CPUOffloadingManager:
             self._heap = [(self._ranks[k], k) for k in self._evictable]
             heapq.heapify(self._heap)
 
+    def _set_rank(self, key: OffloadKey, rank: Rank) -> None:
+        self._ranks[key] = rank
+        if key in self._evictable:
+            self._mark_evictable(key)
+
     def _update_recency(self, keys: Sequence[OffloadKey]) -> None:
         for key in keys:
             if key in self.chunks:
                 self._next_rank += 1
-                self._ranks[key] = self._next_rank
-                if key in self._evictable:
-                    self._mark_evictable(key)
+                self._set_rank(key, (self._next_rank, 0))
+
+    def _request_rank(self, ctx: ReqContext) -> int:
+        """The request's rank in this cache generation, taken from the counter on first use
+        (LRUCachePolicy._get_request_rank, cpu/policies/lru.py:51-61 in 0.33.0)."""
+        if ctx.request_rank is None or ctx.request_rank[0] != self._cache_generation:
+            self._next_rank += 1
+            ctx.request_rank = (self._cache_generation, self._next_rank)
+        return ctx.request_rank[1]
+
+    def _insert_rank(self, key: OffloadKey, ctx: ReqContext) -> Rank:
+        """A stored chunk's first rank: the counter's next, or under 0.33.0, for a key with a
+        position, the request's rank at that position (LRUCachePolicy.insert,
+        cpu/policies/lru.py:108-120 in 0.33.0)."""
+        position = ctx.positions.get(key) if self.request_scoped else None
+        if position is None:
+            self._next_rank += 1
+            return (self._next_rank, 0)
+        return (self._request_rank(ctx), -position)
+
+    def _on_request_access(self, keys: Sequence[OffloadKey], ctx: ReqContext) -> None:
+        """0.33.0: the keys a request records for the first time rise to its rank at their
+        positions, never lower (LRUCachePolicy.on_request_access, cpu/policies/lru.py:132-152
+        in 0.33.0); the request takes its rank even when none of them is in the tier."""
+        request_rank = self._request_rank(ctx)
+        for key in keys:
+            position = ctx.positions.get(key)
+            if position is None or key not in self.chunks:
+                continue
+            rank = (request_rank, -position)
+            if self._ranks[key] < rank:
+                self._set_rank(key, rank)
 
     def _evict(self, n: int, protected: set[OffloadKey]) -> list[OffloadKey] | None:
         """The n least recently used evictable chunks outside ``protected``; None (and no
         change) if there are fewer."""
-        chosen: list[tuple[int, OffloadKey]] = []
+        chosen: list[tuple[Rank, OffloadKey]] = []
         chosen_keys: set[OffloadKey] = set()
-        skipped: list[tuple[int, OffloadKey]] = []
+        skipped: list[tuple[Rank, OffloadKey]] = []
         while self._heap and len(chosen) < n:
             rank, key = heapq.heappop(self._heap)
             if key not in self._evictable or self._ranks.get(key) != rank or key in chosen_keys:
@@ -163,11 +208,16 @@ class CPUOffloadingManager:
 
     def _record_access(self, keys: Sequence[OffloadKey], ctx: ReqContext) -> None:
         state = self._access(ctx)
+        new_keys = []
         for key in keys:
             if key not in state.seen_set:
                 assert not state.finished, "new cache keys observed after request finalization"
                 state.seen.append(key)
                 state.seen_set.add(key)
+                new_keys.append(key)
+        # 0.33.0 tells the policy of the keys new to the request (cpu/manager.py:171-183 in 0.33.0).
+        if new_keys and self.request_scoped:
+            self._on_request_access(new_keys, ctx)
 
     # ---- the OffloadingManager interface ----------------------------------------------------
 
@@ -222,21 +272,31 @@ class CPUOffloadingManager:
                 self.events.append(OffloadingEvent(tuple(evicted), removed=True))
         for key in to_store:
             self.chunks[key] = self._allocate_chunk()
-            self._next_rank += 1
-            self._ranks[key] = self._next_rank
+            self._ranks[key] = self._insert_rank(key, ctx)
         self._num_write_pending_chunks += len(to_store)
         return to_store, evicted
 
-    def complete_store(self, keys: Sequence[OffloadKey]) -> list[OffloadKey]:
-        """The chunks written become ready (and evictable); returns them."""
-        stored = []
+    def complete_store(self, keys: Sequence[OffloadKey], success: bool = True) -> list[OffloadKey]:
+        """The chunks written become ready (and evictable); returns them. A failed store
+        (``success`` False; the offloading connector's own jobs never fail) frees its chunks
+        instead, with a removal event marked metadata only (CPUOffloadingManager.complete_store,
+        cpu/manager.py:382-410 in 0.33.0)."""
+        stored, dropped = [], []
         for key in keys:
             chunk = self.chunks.get(key)
-            if chunk is not None and not chunk.is_ready:
+            if chunk is None or chunk.is_ready:
+                continue
+            self._num_write_pending_chunks -= 1
+            if success:
                 chunk.ref_cnt = 0
-                self._num_write_pending_chunks -= 1
                 self._mark_evictable(key)
                 stored.append(key)
+            else:
+                del self.chunks[key], self._ranks[key]
+                self._free_list.append(chunk.chunk_id)
+                dropped.append(key)
+        if dropped and self.events is not None:
+            self.events.append(OffloadingEvent(tuple(dropped), removed=True, metadata_only=True))
         if stored and self.events is not None:
             self.events.append(OffloadingEvent(tuple(stored), removed=False))
         return stored
@@ -265,10 +325,19 @@ class CPUOffloadingManager:
         self._num_allocated_chunks = 0
 
     def take_events(self) -> list[OffloadingEvent]:
+        """The events since the last call; a metadata-only removal keeps only the keys not
+        stored again since (CPUOffloadingManager.take_events, cpu/manager.py:466-479 in 0.33.0)."""
         if not self.events:
             return []
         events, self.events = self.events, []
-        return events
+        out = []
+        for ev in events:
+            if ev.metadata_only:
+                ev = OffloadingEvent(tuple(k for k in ev.keys if k not in self.chunks), True, True)
+                if not ev.keys:
+                    continue
+            out.append(ev)
+        return out
 
     def get_stats(self) -> OffloadingConnectorStats:
         """The store sizes since the last call (then forgotten) and the tier's usage: the chunks

@@ -1,5 +1,5 @@
-"""The `offloading` connector: vLLM 0.31.0's `OffloadingConnector`, scheduler side
-(distributed/kv_transfer/kv_connector/v1/offloading_connector.py, offloading/scheduler.py),
+"""The `offloading` connector: vLLM 0.31.0's (or 0.33.0's) `OffloadingConnector`, scheduler
+side (distributed/kv_transfer/kv_connector/v1/offloading_connector.py, offloading/scheduler.py),
 over the CPU tier of cpu_tier.py; one KV cache group of full attention, one GPU block per
 chunk, the LRU policy, prompt tokens only (vLLM's defaults).
 
@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING
 from explorer.core.errors import SchedulingError
 from explorer.core.events import BlockRemoved, BlockStored, KVCacheEvent
 from explorer.core.hashing import BlockHash, maybe_convert_block_hash
+from explorer.core.metrics import HOST
+from explorer.core.release import VLLM_0_31, VllmRelease
 from explorer.core.request import RequestStatus
 from explorer.core.sched.kv_connector.base import ConnectorWorker, KVConnectorBase, KVTransferConfig
 from explorer.core.sched.kv_connector.cpu_tier import (
@@ -91,6 +93,11 @@ class JobStatus:
 
 
 class OffloadingConnector(KVConnectorBase):
+    # 0.33.0 attributes the hits to the tier each loaded chunk came from, the CPU here: every
+    # external token lies in a loaded chunk (CPUOffloadingManager.get_load_source,
+    # cpu/manager.py:208-211 in 0.33.0).
+    cache_hit_source = HOST
+
     def __init__(
         self,
         config: KVTransferConfig,
@@ -99,10 +106,12 @@ class OffloadingConnector(KVConnectorBase):
         enable_prefix_caching: bool = True,
         enable_events: bool = True,
         use_int_block_hashes: bool = True,
+        release: VllmRelease = VLLM_0_31,
     ) -> None:
         super().__init__(config)
         self.block_size = block_size
-        self.manager = CPUOffloadingManager(cpu_blocks, enable_events)
+        self.release = release
+        self.manager = CPUOffloadingManager(cpu_blocks, enable_events, release.request_scoped_cpu_lru)
         self.use_int_block_hashes = use_int_block_hashes
         self.observer: KVCacheObserver | None = None
         self._req_status: dict[str, RequestOffloadState] = {}
@@ -140,6 +149,9 @@ class OffloadingConnector(KVConnectorBase):
     def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int | None, bool]:
         st = self._req_status[request.request_id]
         st.block_ids.clear()
+        if self.release.lookup_restarts_stores:
+            # 0.33.0 offers every chunk again from token 0 (offloading/scheduler.py:1243-1245 in 0.33.0).
+            st.next_stored_chunk_idx = 0
         if st.transfer_jobs:
             return None, False  # a store or load of this request is still in flight
         st.update_offload_keys(self.block_size)
@@ -215,8 +227,15 @@ class OffloadingConnector(KVConnectorBase):
             # vLLM flushes a preempted request's jobs and asserts they are stores
             # (offloading/scheduler.py:1788-1794): a request the reset preempted that loads
             # from the CPU tier in the same schedule trips it. Refused, as vLLM cannot run it.
+            # 0.33.0 leaves this step's new loads out of the flush, so it runs that case
+            # (offloading/scheduler.py:2137-2151 in 0.33.0).
             pending = self._req_status.get(rid)
-            if pending is not None and any(not self._jobs[j].is_store for j in pending.transfer_jobs):
+            if pending is None:
+                continue
+            flushed = pending.transfer_jobs
+            if self.release.flush_skips_new_loads:
+                flushed = flushed - self._current_batch_load_jobs.keys()
+            if any(not self._jobs[j].is_store for j in flushed):
                 raise SchedulingError(
                     f"request {rid!r} was preempted (by a reset with running) and loads from the CPU "
                     "tier in the same step: vLLM's offloading connector asserts there"
@@ -327,6 +346,8 @@ class OffloadingConnector(KVConnectorBase):
         placeholder payload (one hash, no tokens, block_size 0, group 0)."""
         out: list[KVCacheEvent] = []
         for ev in self.manager.take_events():
+            if ev.metadata_only:
+                continue  # metadata_only: a failed store's chunks, no public removal (offloading/events.py:438-441 in 0.33.0)
             hashes = [maybe_convert_block_hash(BlockHash(k), self.use_int_block_hashes) for k in ev.keys]
             if ev.removed:
                 out.append(BlockRemoved(hashes, MEDIUM_CPU, group_idx=0))
