@@ -141,7 +141,9 @@ class StepRecorder(KVCacheObserver):
         self.cache_calls.append(CacheCall(group_id, num_tokens, num_cached_blocks))
 
     def on_cache(self, block_id: int, block_index: int, block_hash: BlockHash, duplicates: tuple[int, ...]) -> None:
-        self.cached.append(CachedBlock(block_id, block_index, bytes(block_hash), duplicates))
+        # block_pool.cache_full_blocks runs inside the group's cache_blocks, reported just before
+        group_id = self.cache_calls[-1].group_id if self.cache_calls else 0
+        self.cached.append(CachedBlock(block_id, block_index, bytes(block_hash), duplicates, group_id))
 
     def on_free(self, block_id: int, ref_cnt: int, freed_to: FreedTo) -> None:
         self.freed.append(Freed(block_id, ref_cnt, freed_to.value))

@@ -78,6 +78,7 @@ class CachedBlock:
     index: int
     hash: bytes
     duplicate_of: tuple[int, ...]  # other blocks already cached under this hash
+    group_id: int = 0  # the KV cache group whose cache_blocks call cached it
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from explorer.scenario.trace import Trace
 from explorer.viz.cpu_tier_html import cpu_tier_html
 from explorer.viz.external_tier_html import external_tier_html
 from tests.ui.sentence_checks import (
+    _count_ids,
     Checks,
     N,
     check_eviction,
@@ -137,10 +138,10 @@ def check_engine_panels(c: Checks, trace: Trace, k: int, panels: dict[str, str])
         if not gone & {cb.block_id for cb in step.cached}:  # no block cached, then popped again
             c.eq("engine caching: N blocks got their hash", n, rec, where)
         c.eq("engine caching: N blocks got their hash (record)", n, len(step.cached), where)
-    for shown, more in c.each(r"in this step \(block indexes ([\d, ]*?)( \.\.\.)?\)", t):
+    for shown, more in c.each(r"in this step \(block indexes ([\d, \-a-z]*?)( \.\.\.)?\)", t):
         c.eq(
             "engine caching: the block indexes listed",
-            (len(str(shown).split(", ")), bool(more)),
+            (_count_ids(shown), bool(more)),
             (min(len(step.cached), 12), len(step.cached) > 12),
             where,
         )

@@ -17,7 +17,7 @@ from explorer.view.explain import step as manager_step
 from explorer.view.explain.records import PANEL_TITLES, Now, Panel, panels_in_order
 from explorer.view.explain.refs import REFS, Ref
 from explorer.view.explain.request_panels import hashing_panel
-from explorer.view.explain.words import blocks_text, counted, new_blocks
+from explorer.view.explain.words import blocks_text, counted, indexes_text, new_blocks
 from explorer.viz.engine_step_html import DECODE, request_in, work_kind
 
 _SCHED = "vllm/v1/core/sched/scheduler.py"
@@ -214,8 +214,7 @@ def _caching_panel(trace: Trace, k: int) -> Panel | None:
         return None
     s = (
         f"{blocks_text(len(step.cached))} got their hash in the hash map in this step (block indexes "
-        + ", ".join(str(c.index) for c in step.cached[:12])
-        + (" ..." if len(step.cached) > 12 else "")
+        + indexes_text(step.cached, trace.scenario.groups is not None, 12)
         + ").",
         "allocate_slots caches full blocks up to min(num_computed_tokens + num_new_tokens, num_tokens): only tokens that have arrived.",
     )
