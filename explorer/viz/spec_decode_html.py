@@ -76,8 +76,14 @@ def slots_html(step: Step, before: Snapshot) -> str:
         rows.append(
             f'<div style="margin:0.35em 0" data-px-lookahead="{esc(check.request_id)}:{check.num_lookahead_tokens}">'
             f"<b>{esc(check.request_id, 24)}</b>: slots for {check.num_tokens_need_slot:,} positions = "
-            f"{scheduled_end:,} scheduled + {check.num_lookahead_tokens} lookahead; only the {num_tokens:,} known tokens "
-            f"can be hashed (the cache stops at num_tokens).{_bar(check, num_tokens)}</div>"
+            f"{scheduled_end:,} scheduled + {check.num_lookahead_tokens} lookahead; "
+            + (
+                f"only the {num_tokens:,} known tokens can be hashed (the cache stops at num_tokens)."
+                if scheduled_end > num_tokens
+                else f"only these {scheduled_end:,} of the {num_tokens:,} known tokens can be hashed "
+                "(the cache stops at the scheduled tokens)."
+            )
+            + f"{_bar(check, num_tokens)}</div>"
         )
         if len(rows) >= MAX_ROWS:
             break

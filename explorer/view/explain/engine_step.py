@@ -49,6 +49,11 @@ def kinds(trace: Trace, k: int) -> dict[str, str]:
     return _kinds(trace, k)
 
 
+def _more(n: int, shown: int) -> str:
+    """ " and 3 more requests" after a list cut at `shown` items ("" when nothing was cut)."""
+    return f" and {counted(n - shown, 'more request')}" if n > shown else ""
+
+
 def _events_sentence(step: Step) -> str:
     if not step.events:
         return "KV event batch: empty."
@@ -133,13 +138,14 @@ def now(trace: Trace, k: int) -> Now:
         sent.append(
             "Tokens in flight (async placeholders): "
             + ", ".join(f"{s.request_id} {s.num_placeholders}" for s in in_flight[:8])
+            + _more(len(in_flight), 8)
             + "; a placeholder has a slot but is never hashed."
         )
         refs += (ENGINE_REFS["async_placeholders"],)
     if es.step_stats is None:
         sent.append("No update_from_output ran in this call, so nothing was delivered or published.")
     else:
-        delivered = ", ".join(f"{r} {len(t)}" for r, t in list(es.outputs.items())[:8])
+        delivered = ", ".join(f"{r} {len(t)}" for r, t in list(es.outputs.items())[:8]) + _more(len(es.outputs), 8)
         sent.append(
             (f"The update delivered sampled tokens to {delivered}." if delivered else "The update delivered no token.")
             + (f" Finished: {', '.join(es.finished)}." if es.finished else "")
