@@ -330,8 +330,8 @@ def check_spec(c: Checks, trace: Trace, k: int, t: str) -> None:
             where,
         )
     said = []
-    for m, tokens, index, bid, hit in c.each(
-        r"The lookup matched "
+    for who, m, tokens, index, bid, hit in c.each(
+        r"(?m)^(\S+): the lookup matched "
         + N
         + r" blocks? \("
         + N
@@ -352,8 +352,20 @@ def check_spec(c: Checks, trace: Trace, k: int, t: str) -> None:
         )
         if step.lookup is not None and len(step.eagle_dropped) == 1:
             c.eq("spec: matched M blocks (T tokens), dropped block i #b, hit H", hit, step.lookup.hit_tokens, where)
-        said.append((index, bid))
-    c.eq("spec: matched M blocks (T tokens), dropped block i #b, hit H", said, list(step.eagle_dropped[:40]), where)
+        # the request's first scheduled token is where its hit ends (no connector adds to it)
+        es = step.engine_step
+        s = next((x for x in es.batch if x.request_id == who), None) if es is not None else None
+        req_b = before.request(who)
+        if s is not None and trace.scenario.connector is None and (req_b is None or req_b.num_computed_tokens == 0):
+            c.eq(
+                "spec: R's hit after the drop is where its schedule starts",
+                hit,
+                s.num_computed_tokens - s.num_tokens,
+                where,
+            )
+        said.append((who, index, bid))
+    rec = [(r, i, b) for r, (i, b) in zip(step.eagle_dropped_for, step.eagle_dropped[:40], strict=False)]
+    c.eq("spec: matched M blocks (T tokens), dropped block i #b, hit H", said, rec, where)
     for rid, slots, sched_end, la, known, these, of, bar in c.each(
         r"(?m)^(\S+): slots for "
         + N
