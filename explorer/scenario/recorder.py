@@ -82,12 +82,18 @@ class StepRecorder(KVCacheObserver):
         self.cached: list[CachedBlock] = []
         self.freed: list[Freed] = []
         self.eagle_dropped: list[tuple[int, int]] = []
+        self.eagle_dropped_for: list[str] = []  # the request of each drop
         self.drafts: list[DraftsVerified] = []
         self.group_lookups: list[GroupLookup] = []
         self.retention: list[Retention] = []
         self.skipped_freed: list[tuple[str, int, tuple[int, ...]]] = []
 
+    def _drops_for(self, request_id: str) -> None:
+        # find_longest_cache_hit (where EAGLE drops) runs inside the lookup this call reports
+        self.eagle_dropped_for += [request_id] * (len(self.eagle_dropped) - len(self.eagle_dropped_for))
+
     def on_lookup(self, request_id: str, num_tokens: int, max_cache_hit_length: int, num_hit_tokens: int) -> None:
+        self._drops_for(request_id)
         cap = max_cache_hit_length // self.block_size
         self.lookup = Lookup(num_tokens, cap, tuple(self.probes), num_hit_tokens)
 
@@ -141,7 +147,9 @@ class StepRecorder(KVCacheObserver):
         self.cache_calls.append(CacheCall(group_id, num_tokens, num_cached_blocks))
 
     def on_cache(self, block_id: int, block_index: int, block_hash: BlockHash, duplicates: tuple[int, ...]) -> None:
-        self.cached.append(CachedBlock(block_id, block_index, bytes(block_hash), duplicates))
+        # block_pool.cache_full_blocks runs inside the group's cache_blocks, reported just before
+        group_id = self.cache_calls[-1].group_id if self.cache_calls else 0
+        self.cached.append(CachedBlock(block_id, block_index, bytes(block_hash), duplicates, group_id))
 
     def on_free(self, block_id: int, ref_cnt: int, freed_to: FreedTo) -> None:
         self.freed.append(Freed(block_id, ref_cnt, freed_to.value))
@@ -159,6 +167,7 @@ class StepRecorder(KVCacheObserver):
             "cached": tuple(self.cached),
             "freed": tuple(self.freed),
             "eagle_dropped": tuple(self.eagle_dropped),
+            "eagle_dropped_for": tuple(self.eagle_dropped_for),
             "drafts": tuple(self.drafts),
             "group_lookups": tuple(self.group_lookups),
             "retention": tuple(self.retention),

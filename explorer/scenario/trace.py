@@ -78,6 +78,7 @@ class CachedBlock:
     index: int
     hash: bytes
     duplicate_of: tuple[int, ...]  # other blocks already cached under this hash
+    group_id: int = 0  # the KV cache group whose cache_blocks call cached it
 
 
 @dataclass(frozen=True)
@@ -230,6 +231,7 @@ class Step:
     # Speculative decoding (design section 9): hit blocks EAGLE dropped, (block index, block
     # id), and the drafts verified in this step.
     eagle_dropped: tuple[tuple[int, int], ...] = ()
+    eagle_dropped_for: tuple[str, ...] = ()  # the request whose lookup dropped each
     drafts: tuple[DraftsVerified, ...] = ()
     # hybrid groups (design section 8): the JSON fields, and what the core reported
     hybrid: Mapping[str, Any] | None = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 from explorer.core.kv_cache_observer import AdmissionCheck
 from explorer.numbers import counted
 from explorer.scenario.trace import EngineStepRecord, RequestView, Scheduled, Snapshot
+from explorer.viz.chips import hash_text
 from explorer.viz.text import esc
 
 PREFILL_CHUNK = "prefill chunk"
@@ -169,7 +170,7 @@ def event_batch_html(events: tuple[object, ...]) -> str:
         hashes = getattr(e, "block_hashes", None)
         detail = ""
         if isinstance(hashes, list):
-            shown = ", ".join(str(h) for h in hashes[:3]) + (" ..." if len(hashes) > 3 else "")
+            shown = ", ".join(hash_text(h) for h in hashes[:3]) + (" ..." if len(hashes) > 3 else "")
             detail = f": {counted(len(hashes), 'block hash', 'block hashes')} ({esc(shown)})"
         items.append(f"<li><code>{name}</code>{detail}</li>")
     more = f"<li>... {len(events) - 40:,} more</li>" if len(events) > 40 else ""

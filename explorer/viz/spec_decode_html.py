@@ -27,11 +27,13 @@ def dropped_html(step: Step, block_size: int) -> str:
     if not step.eagle_dropped:
         return ""
     rows = []
-    for index, block_id in step.eagle_dropped[:MAX_ROWS]:
+    for i, (index, block_id) in enumerate(step.eagle_dropped[:MAX_ROWS]):
         matched = (index + 1) * block_size
+        who = step.eagle_dropped_for[i] if i < len(step.eagle_dropped_for) else None
         rows.append(
-            f'<div style="margin:0.35em 0" data-px-eagle-drop="{block_id}">The lookup matched '
-            f"{counted(index + 1, 'block')} ({matched:,} "
+            f'<div style="margin:0.35em 0" data-px-eagle-drop="{block_id}">'
+            + (f"<b>{esc(who, 24)}</b>: the lookup matched " if who is not None else "The lookup matched ")
+            + f"{counted(index + 1, 'block')} ({matched:,} "
             f"tokens); EAGLE drops the last, the request's block {index}, pool block "
             f'<span data-px-block="{block_id}" style="{_CHIP};text-decoration:line-through">#{block_id}</span>: '
             f"the hit is {matched - block_size:,} tokens. The drafter needs that block's hidden states, which only "
@@ -76,8 +78,14 @@ def slots_html(step: Step, before: Snapshot) -> str:
         rows.append(
             f'<div style="margin:0.35em 0" data-px-lookahead="{esc(check.request_id)}:{check.num_lookahead_tokens}">'
             f"<b>{esc(check.request_id, 24)}</b>: slots for {check.num_tokens_need_slot:,} positions = "
-            f"{scheduled_end:,} scheduled + {check.num_lookahead_tokens} lookahead; only the {num_tokens:,} known tokens "
-            f"can be hashed (the cache stops at num_tokens).{_bar(check, num_tokens)}</div>"
+            f"{scheduled_end:,} scheduled + {check.num_lookahead_tokens} lookahead; "
+            + (
+                f"only the {num_tokens:,} known tokens can be hashed (the cache stops at num_tokens)."
+                if scheduled_end > num_tokens
+                else f"only these {scheduled_end:,} of the {num_tokens:,} known tokens can be hashed "
+                "(the cache stops at the scheduled tokens)."
+            )
+            + f"{_bar(check, num_tokens)}</div>"
         )
         if len(rows) >= MAX_ROWS:
             break

@@ -402,8 +402,9 @@ def _range(a: int, b: int) -> str | int:
 
 
 def _count_ids(text: str | int) -> int:
+    """ "0-3, 7" -> 5; with groups "0-3 in group 0, 5 in group 1" -> 5."""
     n = 0
-    for part in str(text).split(", "):
+    for part in re.sub(r" in group \d+", "", str(text)).split(", "):
         lo, _, hi = part.partition("-")
         n += abs(int(hi) - int(lo)) + 1 if hi else 1
     return n

@@ -4,15 +4,17 @@ sentence was built from), and against the step's own records where only they do.
 
 Random scenarios at both levels and with every feature: manager-level ops (plain, hybrid,
 EAGLE), engine steps under both schedulers (plain, hybrid, EAGLE, a KV connector, CPU
-offloading). The texts are the ones the stage draws: the NOW line, the phase panels, the
-metrics line, and the External tier and CPU tier panels (their HTML, tags stripped). The checks
-live in sentence_checks and sentence_engine, one name per sentence template; every name there
+offloading, a batch of 70 requests). The texts are the ones the stage draws: the NOW line, the
+phase panels, the metrics line, the External tier and CPU tier panels, and the batch, KV cache
+groups and speculative-decoding boxes (their HTML, tags stripped). The checks live in
+sentence_checks, sentence_engine and sentence_stage, one name per sentence template; every name there
 must be compared at least once over these scenarios, so a template the random scenarios stop
 drawing (or a pattern that stops matching its sentence) fails here instead of passing unchecked.
 """
 
 from __future__ import annotations
 
+import random
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -36,6 +38,7 @@ from tests.conformance.engine_step_scenarios import (
 from tests.conformance.spec_scenarios import random_spec_engine_steps, random_spec_manager
 from tests.ui.sentence_checks import Checks, N, check_manager_panels, check_manager_step, check_summaries
 from tests.ui.sentence_engine import check_engine_now, check_engine_panels, check_external
+from tests.ui.sentence_stage import check_stage_boxes
 
 
 def _texts(panels: list[Panel]) -> dict[str, str]:
@@ -91,6 +94,7 @@ def _check(trace: Trace) -> Counter[str]:
             check_engine_now(c, trace, k, engine_step.now(trace, k).text)
             check_manager_panels(c, trace, k, _texts(panels), k)
         check_summaries(c, trace, k, {p.key: p.summary for p in panels})
+        check_stage_boxes(c, trace, k, _texts(panels).get("caching", ""))
         _check_metrics(c, trace, k)
     return c.count
 
@@ -102,6 +106,23 @@ def _manager(seed: int, profile: str) -> list[Trace]:
 def _engine(raw: dict, both: bool = True) -> list[Trace]:
     raws = under_both_schedulers(raw) if both else [raw]
     return [replay(parse_scenario_dict(r, "<random engine steps>")) for r in raws]
+
+
+def _wide(seed: int) -> dict:
+    """A batch wider than the panel draws (over 64 requests, over 40 KV events in a step): 70
+    short requests, some sharing a prefix, arriving at once."""
+    rng = random.Random(seed)
+    prefixes = [[rng.randrange(1000) for _ in range(8)] for _ in range(3)]
+    steps: list[dict] = []
+    for i in range(70):
+        head = rng.choice(prefixes)[: rng.choice((0, 4, 8))]
+        tail = [1000 + rng.randrange(1000) for _ in range(rng.randint(1, 12))]
+        out = [2000 + rng.randrange(1000) for _ in range(rng.randint(1, 4))]
+        steps.append({"op": "arrive", "id": f"W{i}", "prompt": head + tail, "output": out})
+    steps += [{"op": "step"} for _ in range(rng.randint(4, 7))]
+    engine = {"block_size": 4, "hash_algo": "sha256", "hash_seed": "", "events": True, "scheduler": "sync"}
+    engine |= {"max_num_batched_tokens": 2048, "max_num_seqs": 80, "num_blocks": 640}
+    return {"title": f"a wide batch (seed {seed})", "engine": engine, "steps": steps}
 
 
 CASES: dict[str, Callable[[], list[Trace]]] = {
@@ -117,6 +138,7 @@ CASES: dict[str, Callable[[], list[Trace]]] = {
     **{
         f"connector-{s}": (lambda s=s: _engine(random_connector_raw_scenario(s), False)) for s in (*range(1, 9), 11, 39)
     },
+    **{f"wide-{s}": (lambda s=s: _engine(_wide(s))) for s in range(2)},
     **{f"offloading-{s}": (lambda s=s: _engine(random_offloading_raw_scenario(s), False)) for s in range(6)},
 }
 
@@ -137,7 +159,7 @@ def test_panel_sentences_state_the_recorded_counts(case: str) -> None:
 def _templates() -> set[str]:
     """Every template name the checks compare under (a free split adds its two record checks)."""
     names: set[str] = set()
-    for f in ("sentence_checks.py", "sentence_engine.py", "test_sentences.py"):
+    for f in ("sentence_checks.py", "sentence_engine.py", "sentence_stage.py", "test_sentences.py"):
         src = (Path(__file__).parent / f).read_text()
         names |= set(re.findall(r'\.(?:eq|events)\(\s*"([^"]+)"', src))
         for name in re.findall(r'\.free_split\(\s*"([^"]+)"', src):

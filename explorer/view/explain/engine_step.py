@@ -17,7 +17,7 @@ from explorer.view.explain import step as manager_step
 from explorer.view.explain.records import PANEL_TITLES, Now, Panel, panels_in_order
 from explorer.view.explain.refs import REFS, Ref
 from explorer.view.explain.request_panels import hashing_panel
-from explorer.view.explain.words import blocks_text, counted, new_blocks
+from explorer.view.explain.words import blocks_text, counted, indexes_text, new_blocks
 from explorer.viz.engine_step_html import DECODE, request_in, work_kind
 
 _SCHED = "vllm/v1/core/sched/scheduler.py"
@@ -47,6 +47,11 @@ def _kinds(trace: Trace, k: int) -> dict[str, str]:
 def kinds(trace: Trace, k: int) -> dict[str, str]:
     """Request id -> prefill chunk, prefill (last chunk) or decode, for the batch of step k."""
     return _kinds(trace, k)
+
+
+def _more(n: int, shown: int) -> str:
+    """ " and 3 more requests" after a list cut at `shown` items ("" when nothing was cut)."""
+    return f" and {counted(n - shown, 'more request')}" if n > shown else ""
 
 
 def _events_sentence(step: Step) -> str:
@@ -133,13 +138,14 @@ def now(trace: Trace, k: int) -> Now:
         sent.append(
             "Tokens in flight (async placeholders): "
             + ", ".join(f"{s.request_id} {s.num_placeholders}" for s in in_flight[:8])
+            + _more(len(in_flight), 8)
             + "; a placeholder has a slot but is never hashed."
         )
         refs += (ENGINE_REFS["async_placeholders"],)
     if es.step_stats is None:
         sent.append("No update_from_output ran in this call, so nothing was delivered or published.")
     else:
-        delivered = ", ".join(f"{r} {len(t)}" for r, t in list(es.outputs.items())[:8])
+        delivered = ", ".join(f"{r} {len(t)}" for r, t in list(es.outputs.items())[:8]) + _more(len(es.outputs), 8)
         sent.append(
             (f"The update delivered sampled tokens to {delivered}." if delivered else "The update delivered no token.")
             + (f" Finished: {', '.join(es.finished)}." if es.finished else "")
@@ -214,8 +220,7 @@ def _caching_panel(trace: Trace, k: int) -> Panel | None:
         return None
     s = (
         f"{blocks_text(len(step.cached))} got their hash in the hash map in this step (block indexes "
-        + ", ".join(str(c.index) for c in step.cached[:12])
-        + (" ..." if len(step.cached) > 12 else "")
+        + indexes_text(step.cached, trace.scenario.groups is not None, 12)
         + ").",
         "allocate_slots caches full blocks up to min(num_computed_tokens + num_new_tokens, num_tokens): only tokens that have arrived.",
     )

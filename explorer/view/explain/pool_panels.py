@@ -5,7 +5,7 @@ from __future__ import annotations
 from explorer.scenario.trace import Trace
 from explorer.view.explain.records import PANEL_TITLES, Panel
 from explorer.view.explain.refs import REFS
-from explorer.view.explain.words import blocks_text, counted, ids_text, new_blocks, request_at
+from explorer.view.explain.words import blocks_text, counted, ids_text, indexes_text, new_blocks, request_at
 
 
 def allocate_panel(trace: Trace, k: int) -> Panel | None:
@@ -115,12 +115,12 @@ def caching_panel(trace: Trace, k: int) -> Panel | None:
         if before == 1:
             how = how.replace("were", "was").replace("are", "is")
         s.append(
-            f"Block{'s' if many else ''} {ids_text(idx)} get{'' if many else 's'} {'their hashes' if many else 'its hash'} now, at allocation time, "
+            f"Block{'s' if many else ''} {indexes_text(step.cached, trace.scenario.groups is not None)} get{'' if many else 's'} {'their hashes' if many else 'its hash'} now, at allocation time, "
             f"before the model computes {'them' if many else 'it'}" + (f"; {earlier} {how}." if before > 0 else ".")
         )
     else:
         s.append(
-            f"As decoding allocated slots, {blocks_text(len(idx))} filled up: block{'s' if len(idx) > 1 else ''} {ids_text(idx)} of {op.id} "
+            f"As decoding allocated slots, {blocks_text(len(idx))} filled up: block{'s' if len(idx) > 1 else ''} {indexes_text(step.cached, trace.scenario.groups is not None)} of {op.id} "
             f"{'were' if len(idx) > 1 else 'was'} cached by the allocate_slots call that covered {'their' if len(idx) > 1 else 'its'} last token "
             "(min(computed + new, num_tokens): a block is cached once every token in it is being computed)."
         )

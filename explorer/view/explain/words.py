@@ -3,13 +3,13 @@ pluralisation rule, explorer.numbers')."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from explorer.numbers import counted
 from explorer.scenario.cli import id_ranges
-from explorer.scenario.trace import RequestView, Step, Trace
+from explorer.scenario.trace import CachedBlock, RequestView, Step, Trace
 
-__all__ = ["blocks_text", "counted", "ids_text", "new_blocks", "request_at", "tail_words"]
+__all__ = ["blocks_text", "counted", "ids_text", "indexes_text", "new_blocks", "request_at", "tail_words"]
 
 
 def blocks_text(count: int) -> str:
@@ -22,6 +22,17 @@ def ids_text(ids: Iterable[int]) -> str:
     if not items:
         return "none"
     return id_ranges(items)[1:-1]
+
+
+def indexes_text(cached: Sequence[CachedBlock], hybrid: bool, limit: int | None = None) -> str:
+    """The block indexes of cached blocks ("0-3"); with hybrid groups each group's own, named
+    ("0-3 in group 0, 0-3 in group 1"), since every group has its own block table."""
+    shown = list(cached[:limit] if limit is not None else cached)
+    more = " ..." if limit is not None and len(cached) > limit else ""
+    if not hybrid:
+        return ids_text(c.index for c in shown) + more
+    gids = list(dict.fromkeys(c.group_id for c in shown))
+    return ", ".join(f"{ids_text(c.index for c in shown if c.group_id == g)} in group {g}" for g in gids) + more
 
 
 def request_at(trace: Trace, k: int, rid: str | None) -> RequestView | None:
