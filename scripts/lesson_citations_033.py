@@ -49,7 +49,7 @@ BY_HAND = {
     # the spec-decode settings .. KVCacheManager(use_eagle=...), longer in 0.33.0
     ("vllm/v1/core/sched/scheduler.py", 274, 318): "(0.33.0: 294-356)",
     # num_lookahead_tokens
-    ("vllm/config/vllm.py", 630, 655): "(0.33.0: 626-652)",
+    ("vllm/config/vllm.py", 630, 654): "(0.33.0: 626-652)",
     # caching at token arrival moved from AsyncScheduler to Scheduler.update_from_output
     ("vllm/v1/core/sched/async_scheduler.py", 59, 78): "(0.33.0: vllm/v1/core/sched/scheduler.py:2403-2415)",
 }

@@ -3,9 +3,9 @@ say it does.
 
 The explainer's `REFS` are checked line by line: the cited range lies inside the file and
 contains the code name the citation gives (a function, class or variable). Citations in the
-lessons are checked for existing files and ranges inside them, and each carries the same code's
-lines in 0.33.0 (`vllm/x.py:A-B` (0.33.0: C-D), ``same lines``, another file's
-``vllm/y.py:C-D``, or ``removed``), checked against 0.33.0's own source: a real range that
+lessons are checked for existing files and ranges inside them that neither start nor end on a
+blank line, and each carries the same code's lines in 0.33.0 (`vllm/x.py:A-B` (0.33.0: C-D),
+``same lines``, another file's ``vllm/y.py:C-D``, or ``removed``), checked against 0.33.0's own source: a real range that
 neither starts nor ends on a blank line, whose lines or enclosing definition name what the
 0.31.0 range is about. Only a citation marked ``in 0.31.0`` goes without, where its lesson gives
 0.33.0's lines in its own words. A missing vLLM fails, as the whole conformance tier does.
@@ -99,6 +99,7 @@ def test_each_lesson_citation_is_a_real_range(lesson, loc):
     rel, start, end = _span(loc)
     lines = _source(rel)
     assert 1 <= start <= end <= len(lines), f"{lesson}: {loc} but {rel} has {len(lines)} lines"
+    assert lines[start - 1].strip() and lines[end - 1].strip(), f"{lesson}: {loc} starts or ends on a blank line"
 
 
 def _around(src: cc.VllmSource, start: int, end: int) -> list[str]:
@@ -111,8 +112,6 @@ def _about(rel: str, start: int, end: int) -> set[str]:
     """What a 0.31.0 range is about: the innermost definition holding it, else the definitions
     it holds, else the code names in its lines."""
     src = cc.vllm_source(rel, "0.31.0")
-    while end > start and not src.lines[end - 1].strip():  # a range that ends on a blank line
-        end -= 1
     if inner := _around(src, start, end):
         return set(inner)
     held = {d.name for d in src.defs if start <= cc._first_line(d) <= end}
