@@ -60,6 +60,18 @@ def _decode_qr(png) -> str:
     return out.stdout.strip()
 
 
+def _qr_on_page(page, name: str) -> str:
+    """What the page's class QR code reads as, from a screenshot of it (``name``.png)."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    png = SHOTS / f"{name}.png"
+    img = page.locator(".st-key-px_join_qr img").first
+    # Shot only once the image is decoded and the page idle (a rerun fades stale elements).
+    img.evaluate("el => el.decode()")
+    wait_idle(page)
+    img.screenshot(path=str(png), animations="disabled")
+    return _decode_qr(png)
+
+
 def test_the_class_address_and_its_qr_code_carry_the_address_the_browser_used(px_browser, class_url):
     ctx = px_browser.new_context(viewport={"width": 1500, "height": 1000})
     ctx.set_default_timeout(90_000)
@@ -73,14 +85,7 @@ def test_the_class_address_and_its_qr_code_carry_the_address_the_browser_used(px
         want = f"{class_url}/lessons?lesson=03_lookup_cap"
         assert box.get_attribute("data-px-join-url") == want
         expect(box.locator(".px-join-url")).to_have_text(want)
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        png = SHOTS / "class-qr.png"
-        img = page.locator(".st-key-px_join_qr img").first
-        # Shot only once the image is decoded and the page idle (a rerun fades stale elements).
-        img.evaluate("el => el.decode()")
-        wait_idle(page)
-        img.screenshot(path=str(png), animations="disabled")
-        assert _decode_qr(png) == want  # what a phone's camera reads is the address to open
+        assert _qr_on_page(page, "class-qr") == want  # what a phone's camera reads is the address to open
         # The Explorer's share link carries the same address, not the bind default.
         page.goto(f"{class_url}/?lesson=03_lookup_cap")
         wait_idle(page)
@@ -119,12 +124,6 @@ def test_presenter_mode_draws_the_class_address_as_a_qr_code(px_browser, class_u
         expect(box).to_be_visible()
         shown = box.get_attribute("data-px-join-url")
         assert shown is not None and shown.startswith(class_url), (shown, class_url)
-        img = page.locator(".st-key-px_join_qr img").first
-        img.evaluate("el => el.decode()")
-        wait_idle(page)
-        png = SHOTS / "class-qr-presenter.png"
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        img.screenshot(path=str(png), animations="disabled")
-        assert _decode_qr(png) == shown
+        assert _qr_on_page(page, "class-qr-presenter") == shown
     finally:
         ctx.close()
