@@ -4,7 +4,8 @@ in the browser (explorer/ui/static/stage.js).
 The walk is built once per replay, presenter mode and PromQL window (explorer.view.stage) and
 kept in the session's replay cache; the page reruns only when the scenario, a setting or an edit
 changes. The browser keeps the step it shows across such a run unless the server moved the view
-itself (a new lesson, a playground step): ``nav`` counts those moves. The component writes the
+itself (a new lesson, a playground step): ``nav`` counts those moves. A stage mounted again (a
+visit to another page, a reconnect) keeps the tab's step too while ``nav`` is unchanged. The component writes the
 step and the open block into the URL, so a shared link opens the same view.
 """
 
