@@ -47,6 +47,13 @@ class Turns:
         self._on_turn.pop(ticket, None)
         self._cv.notify_all()
 
+    def _start_head(self) -> int:
+        """The queue's head takes the turn (under the lock, with the turn free); its ticket."""
+        ticket = self._queue.pop(0)
+        self._alive.pop(ticket, None)
+        self._running = ticket
+        return ticket
+
     def _prune(self) -> None:
         """Drop waiting tickets whose ``alive()`` says False (under the lock)."""
         for t in [t for t in self._queue if t in self._alive and not self._alive[t]()]:
@@ -60,10 +67,8 @@ class Turns:
                 self._prune()
                 if self._running is not None or not self._queue or self._queue[0] not in self._on_turn:
                     return
-                ticket = self._queue.pop(0)
-                start = self._on_turn.pop(ticket)
-                self._alive.pop(ticket, None)
-                self._running = ticket
+                start = self._on_turn.pop(self._queue[0])
+                ticket = self._start_head()
             try:
                 start(ticket)
                 return
@@ -73,11 +78,6 @@ class Turns:
                     if self._running == ticket:
                         self._running = None
                     self._cv.notify_all()
-
-    def ahead(self, ticket: int) -> int:
-        """How many callers go before ``ticket``: the one running plus those queued earlier."""
-        with self._cv:
-            return self._queue.index(ticket) + (self._running is not None)
 
     def position(self, ticket: int) -> int | None:
         """0 while ``ticket`` holds the turn, N while N others go first, None once it is neither
@@ -109,9 +109,7 @@ class Turns:
         with self._cv:
             self._prune()
             if self._running is None and self._queue and self._queue[0] == ticket:
-                self._queue.pop(0)
-                self._alive.pop(ticket, None)
-                self._running = ticket
+                self._start_head()
         return self.position(ticket)
 
     def release(self, ticket: int) -> None:
