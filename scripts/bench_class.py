@@ -72,13 +72,13 @@ def _title(lesson: str) -> str:
     return tomllib.loads((ROOT / "lessons" / f"{lesson}.toml").read_text(encoding="utf-8"))["title"]
 
 
-def _cross_talk(pages: list, lessons: list[str], k: int) -> int:
-    """Tabs not showing their own lesson (by its title) at step ``k``."""
+def _cross_talk(pages: list, titles: list[str], k: int) -> int:
+    """Tabs not showing their own lesson (tab i: ``titles[i]``) at step ``k``."""
     wrong = 0
-    for i, pg in enumerate(pages):
+    for pg, want in zip(pages, titles, strict=True):
         title = pg.locator(".px-title-main").first.inner_text().strip()
         now = pg.locator(".px-now").first.get_attribute("data-px-now")
-        wrong += title != _title(lessons[i % len(lessons)]) or now != str(k)
+        wrong += title != want or now != str(k)
     return wrong
 
 
@@ -119,12 +119,14 @@ def run(sessions: int, rounds: int, lessons: list[str], settle: float) -> dict:
             _say(f"idle {idle:.0f} MiB; opening {sessions} sessions")
             contexts = [browser.new_context(viewport={"width": 1300, "height": 900}) for _ in range(sessions)]
             pages = [c.new_page() for c in contexts]
-            for i, pg in enumerate(pages):
+            opened = [lessons[i % len(lessons)] for i in range(sessions)]
+            titles = [_title(stem) for stem in opened]
+            for pg, stem in zip(pages, opened, strict=True):
                 pg.set_default_timeout(300_000)
-                pg.goto(f"{url}/?lesson={lessons[i % len(lessons)]}", wait_until="commit")
+                pg.goto(f"{url}/?lesson={stem}", wait_until="commit")
             for pg in pages:
                 _ready(pg, 0)
-            cross_talk = _cross_talk(pages, lessons, 0)
+            cross_talk = _cross_talk(pages, titles, 0)
             loaded = rss_mib(server.pid)
             _say(f"{sessions} sessions at step 0, {loaded:.0f} MiB")
             times: list[float] = []
@@ -136,7 +138,7 @@ def run(sessions: int, rounds: int, lessons: list[str], settle: float) -> dict:
                     pg.wait_for_function("() => window.__pxDone !== undefined", timeout=300_000, polling=100)
                     times.append(pg.evaluate("() => window.__pxDone") / 1000)
                     peak = max(peak, rss_mib(server.pid))
-                cross_talk += _cross_talk(pages, lessons, k)
+                cross_talk += _cross_talk(pages, titles, k)
                 _say(f"round {k}: Next median so far {statistics.median(times):.2f} s")
             errors = sum(pg.locator('[data-testid="stException"]').count() for pg in pages)
             for c in contexts:

@@ -102,8 +102,13 @@ def advance() -> int:
         return 0
     if worker is not None:
         _state().pop(WAIT)
-        _state()[JOB] = {**worker, "ticket": waiting.ticket, "frac": 0.0, "text": "starting the worker"}
-        _state()[JOB]["started"] = time.time()
+        _state()[JOB] = {
+            **worker,
+            "ticket": waiting.ticket,
+            "frac": 0.0,
+            "text": "starting the worker",
+            "started": time.time(),
+        }
         return 0
     if waiting.cancelled:  # cancelled from another script run of this session
         _state().pop(WAIT)

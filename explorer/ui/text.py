@@ -10,6 +10,7 @@ and code). App-authored Markdown that embeds a user string escapes just that str
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import streamlit as st
@@ -97,8 +98,6 @@ def toast(text: object, **kwargs: Any) -> None:
 def page_failed(exc: Exception) -> None:
     """The app's one guard (app.py): a bug on a page is one line for the viewer, its traceback
     in the server's log, and the session goes on (the next action reruns the page)."""
-    import logging
-
     logging.getLogger("explorer.ui").error("a page failed", exc_info=exc)
     with st.container(key="px_page_failed"):
         error(

@@ -247,11 +247,10 @@ def _capped(raw: dict) -> int:
     replayed = _ours(raw)
     emitted: dict[str, int] = {}
     capped = 0
-    arrivals = iter([s for s in raw["steps"] if s["op"] == "arrive"])
-    spec: dict[str, dict] = {}
+    spec: dict[str, dict] = {}  # each id's latest arrival
     for op, step in zip(raw["steps"], replayed["steps"], strict=True):
         if op["op"] == "arrive":
-            spec[op["id"]] = next(arrivals)
+            spec[op["id"]] = op
             emitted[op["id"]] = 0
         for rid, toks in (step.get("outputs") or {}).items():
             emitted[rid] = emitted.get(rid, 0) + len(toks)
