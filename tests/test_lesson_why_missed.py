@@ -12,7 +12,17 @@ from explorer.scenario.parse import load_scenario
 LESSON = Path(__file__).resolve().parents[1] / "lessons" / "21_why_it_missed.toml"
 # The reasons the lesson's own engine shows; the text sends the reader to the lessons that
 # show the others.
-MET_HERE = {"never_cached", "last_token", "partial_block", "not_yet_cached", "evicted", "reset", "skipped"}
+MET_HERE = {
+    "never_cached",
+    "last_token",
+    "partial_block",
+    "not_yet_cached",
+    "evicted",
+    "reset",
+    "skipped",
+    "failed_load",
+    "behind_miss",
+}
 ELSEWHERE = {"window": "16_sliding_window", "eagle_drop": "17_speculative_decoding", "failed_load": "18_external_tier"}
 
 
@@ -27,9 +37,21 @@ def test_the_lesson_meets_every_reason_it_names():
     met = {r for _, _, m in lookups for r in m.tokens}
     assert met == MET_HERE
     text = LESSON.with_suffix(".md").read_text(encoding="utf-8")
-    for r in MET_HERE | set(ELSEWHERE) | {"behind_miss"}:
+    for r in MET_HERE | set(ELSEWHERE):
         assert f"`{r}`" in text, r
-    assert set(REASONS) - MET_HERE - set(ELSEWHERE) <= {"behind_miss", "other_keys", "other_instance"}
+    # other_keys needs a LoRA, cache salt or multimodal input; other_instance is the Router's
+    assert set(REASONS) - MET_HERE - set(ELSEWHERE) == {"other_keys", "other_instance"}
+
+
+def test_g_alone_fails_its_load_and_h_is_gone_before_it():
+    trace = replay(load_scenario(LESSON))
+    failed = trace.steps[28]  # the step whose update reads the batch that ran G's load
+    es = failed.engine_step
+    assert failed.op.op == "step" and es is not None and es.finished == ("G",)
+    reports = [r for r in es.connector if r.kind == "failed"]
+    assert [(r.request_id, r.num_tokens, len(r.evicted)) for r in reports] == [("G", 16, 1)]
+    assert [type(e).__name__ for e in failed.events] == ["BlockRemoved"]
+    assert trace.steps[27].op.op == "abort" and trace.steps[27].op.id == "H"
 
 
 def test_the_other_lessons_meet_the_reasons_this_one_points_to():
@@ -45,11 +67,21 @@ def test_each_lookup_is_where_the_text_says():
     by = {(k, rid): m for k, rid, m in lookups}
     assert by[(3, "A")].tokens == {"last_token": 16, "never_cached": 80}
     assert by[(3, "B")].tokens == {"partial_block": 10, "not_yet_cached": 64} and by[(3, "B")].hit_tokens == 32
-    d = by[(11, "D")]
+    d = by[(13, "D")]
     assert d.first_miss == "evicted" and d.first_miss_block == 5
-    assert d.evicted_by is not None and (d.evicted_by.step + 1, d.evicted_by.request_id) == (8, "C")
-    assert trace.steps[7].evicted  # C's allocation popped cached blocks
-    assert by[(16, "E")].tokens == {"partial_block": 3, "reset": 96}
-    assert by[(16, "F")].tokens == {"skipped": 40}
+    assert d.evicted_by is not None and (d.evicted_by.step + 1, d.evicted_by.request_id) == (9, "C")
+    assert trace.steps[8].evicted  # C's allocation popped cached blocks
+    assert by[(19, "E")].tokens == {"partial_block": 3, "reset": 96}
+    assert by[(19, "F")].tokens == {"skipped": 40}
+    # G's sync load counts its 32 tokens at once; H hits them, computes blocks 2-3 and is aborted
+    g, h = by[(27, "G")], by[(27, "H")]
+    assert (g.external_tokens, g.tokens) == (32, {"partial_block": 8})
+    assert h.hit_tokens == 32 and h.tokens == {"last_token": 16, "never_cached": 32}
+    assert trace.steps[27].op.op == "abort"
+    # the failed load drops block 1's hash; H's blocks 2-3 stay cached behind the hole
+    z = by[(31, "Z")]
+    assert z.hit_tokens == 16 and z.tokens == {"last_token": 16, "behind_miss": 32, "failed_load": 16}
+    assert z.first_miss == "failed_load" and z.first_miss_block == 1
+    assert z.block_reasons == (None, "failed_load", "behind_miss", "behind_miss", "last_token")
     for m in by.values():
         assert sum(m.tokens.values()) == m.num_tokens - m.hit_tokens - m.external_tokens
