@@ -65,12 +65,6 @@ def parse_speculative(
     k = _count(fail, f"{where}.num_speculative_tokens", raw["num_speculative_tokens"], 1, MAX_SPEC_TOKENS)
     config = SpeculativeConfig(method, k)
     if sched is not None:
-        if sched.scheduler == "async" and has_connector:
-            raise fail(
-                "engine.kv_connector",
-                'speculative decoding with a KV connector under scheduler = "async" is not modelled '
-                '(use scheduler = "sync")',
-            )
         try:
             config.check(sched.max_num_batched_tokens, sched.scheduler == "async", sched.long_prefill_token_threshold)
         except ConfigError as e:

@@ -11,7 +11,11 @@ from __future__ import annotations
 import pytest
 
 from tests.conformance.oracle import RELEASES, VllmOracle
-from tests.conformance.sched_oracle import VllmSchedAsyncDraftsOracle, VllmSchedOracle
+from tests.conformance.sched_oracle import (
+    VllmSchedAsyncConnectorDraftsOracle,
+    VllmSchedAsyncDraftsOracle,
+    VllmSchedOracle,
+)
 
 
 class Oracles:
@@ -56,3 +60,10 @@ def vllm_sched_oracle(request, vllm_oracles):
 def vllm_async_drafts_oracle(request, vllm_oracles):
     """vLLM's AsyncScheduler with drafts (vllm_sched_async_drafts_driver.py) of one release."""
     return vllm_oracles.get(VllmSchedAsyncDraftsOracle, request.param)
+
+
+@pytest.fixture(scope="session", params=RELEASES)
+def vllm_async_connector_drafts_oracle(request, vllm_oracles):
+    """vLLM's AsyncScheduler with drafts and a KV connector
+    (vllm_sched_async_connector_drafts_driver.py) of one release."""
+    return vllm_oracles.get(VllmSchedAsyncConnectorDraftsOracle, request.param)

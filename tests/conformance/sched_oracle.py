@@ -24,10 +24,12 @@ from tests.conformance.oracle import HERE, REPO_ROOT, VllmOracle, compare
 
 SCHED_DRIVER = HERE / "vllm_sched_driver.py"
 ASYNC_DRAFTS_DRIVER = HERE / "vllm_sched_async_drafts_driver.py"
+ASYNC_CONNECTOR_DRAFTS_DRIVER = HERE / "vllm_sched_async_connector_drafts_driver.py"
 GOLDEN_DIR = REPO_ROOT / "tests" / "scenario" / "golden" / "engine_steps"
 
 __all__ = [
     "GOLDEN_DIR",
+    "VllmSchedAsyncConnectorDraftsOracle",
     "VllmSchedAsyncDraftsOracle",
     "VllmSchedOracle",
     "compare",
@@ -57,15 +59,27 @@ class VllmSchedAsyncDraftsOracle(VllmSchedOracle):
     driver = ASYNC_DRAFTS_DRIVER
 
 
+class VllmSchedAsyncConnectorDraftsOracle(VllmSchedOracle):
+    """vllm_sched_async_connector_drafts_driver.py: a KV connector with speculative decoding
+    under the async scheduler; no other scenario."""
+
+    driver = ASYNC_CONNECTOR_DRAFTS_DRIVER
+
+
 def oracle_kind(scenario) -> type[VllmSchedOracle]:
     """The driver an engine-step scenario (parsed, or normalized) is asked of: drafts under the
-    async scheduler go to the async-drafts driver, everything else to vllm_sched_driver.py."""
+    async scheduler go to the async-drafts driver (with a KV connector, to the async
+    connector-drafts driver), everything else to vllm_sched_driver.py."""
     if isinstance(scenario, dict):  # a normalized scenario (engine_step_scenarios.normalize)
         eng = scenario["engine"]
         drafts_under_async = eng.get("scheduler") == "async" and bool(eng.get("speculative"))
+        connector = bool(eng.get("kv_connector"))
     else:
         sched, spec = getattr(scenario, "sched", None), getattr(scenario, "speculative", None)
         drafts_under_async = sched is not None and sched.scheduler == "async" and spec is not None
+        connector = getattr(scenario, "connector", None) is not None
+    if drafts_under_async and connector:
+        return VllmSchedAsyncConnectorDraftsOracle
     return VllmSchedAsyncDraftsOracle if drafts_under_async else VllmSchedOracle
 
 

@@ -157,15 +157,18 @@ def random_spec_manager(seed: int, num_ops: int = 60, hybrid: bool = False) -> d
     return {"title": f"random speculative manager-level scenario (seed {seed})", "engine": engine, "steps": steps}
 
 
-def _with_drafts(raw: dict[str, Any], rng: random.Random, title: str) -> dict[str, Any]:
-    """A copy of engine-step scenario ``raw`` with speculative decoding: the sync scheduler, a
-    drawn method and 1-4 drafts, an ``accepted`` list per request and a pool one decode step's
-    slots larger (a threshold within k would cut a padded admission)."""
+def _with_drafts(raw: dict[str, Any], rng: random.Random, title: str, scheduler: str = "sync") -> dict[str, Any]:
+    """A copy of engine-step scenario ``raw`` with speculative decoding: the sync scheduler (or
+    ``scheduler``), a drawn method and 1-4 drafts, an ``accepted`` list per request and a pool
+    one decode step's slots larger (a threshold within k would cut a padded admission)."""
     raw = copy.deepcopy(raw)
     eng = raw["engine"]
     k = rng.randint(1, 4)
-    eng["scheduler"] = "sync"
-    eng["speculative"] = {"method": rng.choice(METHODS), "num_speculative_tokens": k}
+    eng["scheduler"] = scheduler
+    eng["speculative"] = {
+        "method": rng.choice(METHODS if scheduler == "sync" else ASYNC_METHODS),
+        "num_speculative_tokens": k,
+    }
     eng["num_blocks"] += _cdiv(k + 1, eng["block_size"])
     if 0 < eng["long_prefill_token_threshold"] <= k:
         eng["long_prefill_token_threshold"] = 0
@@ -181,6 +184,20 @@ def random_connector_spec_raw_scenario(seed: int) -> dict[str, Any]:
     rng = random.Random(f"connector-spec:{seed}")
     title = f"random engine steps with a KV connector and drafts (seed {seed})"
     return _with_drafts(random_connector_raw_scenario(seed), rng, title)
+
+
+def random_async_connector_spec_raw_scenario(seed: int) -> dict[str, Any]:
+    """``random_connector_raw_scenario`` with drafts under the async scheduler (its methods)."""
+    rng = random.Random(f"async-connector-spec:{seed}")
+    title = f"random engine steps with a KV connector and drafts, async (seed {seed})"
+    return _with_drafts(random_connector_raw_scenario(seed), rng, title, "async")
+
+
+def random_async_offloading_spec_raw_scenario(seed: int) -> dict[str, Any]:
+    """``random_offloading_raw_scenario`` with drafts under the async scheduler (its methods)."""
+    rng = random.Random(f"async-offloading-spec:{seed}")
+    title = f"random engine steps with the offloading connector and drafts, async (seed {seed})"
+    return _with_drafts(random_offloading_raw_scenario(seed), rng, title, "async")
 
 
 def random_offloading_spec_raw_scenario(seed: int) -> dict[str, Any]:

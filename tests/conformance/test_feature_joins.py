@@ -15,6 +15,9 @@ connector (section 10) meet, against vLLM 0.31.0's own classes, field by field.
   below the window are null blocks, never popped), and so do hybrid groups (without
   `invalid_external_blocks`, bad input with more than one group as vLLM raises;
   tests/scenario/test_connector.py).
+- KV connector (static, offloading) + speculative under the async scheduler: vLLM's
+  AsyncScheduler with the connector (vllm_sched_async_connector_drafts_driver.py) on random
+  static and offloading scenarios with drafts.
 - Offloading + speculative: vLLM's own OffloadingConnector on random offloading scenarios with
   drafts (under 0.31.0; 0.33.0 refuses a KV connector with drafts under the sync scheduler,
   which drafts need here).
@@ -36,6 +39,8 @@ from tests.conformance.engine_step_scenarios import _draw_groups, random_connect
 from tests.conformance.oracle import at_release, compare, refusal, seeds_for
 from tests.conformance.spec_scenarios import (
     METHODS,
+    random_async_connector_spec_raw_scenario,
+    random_async_offloading_spec_raw_scenario,
     random_connector_spec_raw_scenario,
     random_offloading_spec_raw_scenario,
     random_spec_engine_steps,
@@ -239,3 +244,25 @@ def test_random_offloading_scenarios_with_drafts_match_vllm(vllm_sched_oracle):
     traces = [replay(parse_scenario_dict(raw, raw["title"])) for raw in raws[:20]]
     rolled_back = sum(1 for t in traces for st in t.steps for d in st.drafts if d.num_rejected)
     assert loads >= 20 and rolled_back >= 20, (loads, rolled_back)
+
+
+@pytest.mark.parametrize("kind", ["static", "offloading"])
+def test_random_connector_scenarios_with_drafts_under_async_match_vllm(vllm_async_connector_drafts_oracle, kind):
+    """A KV connector with speculative decoding under the async scheduler (vLLM's default):
+    loads (sync, async, failing), the CPU tier, placeholders and ``-1`` drafts together."""
+    oracle = vllm_async_connector_drafts_oracle
+    draw = random_async_connector_spec_raw_scenario if kind == "static" else random_async_offloading_spec_raw_scenario
+    raws = [draw(s) for s in seeds_for(oracle, range(40), 12)]
+    assert all(refusal(parse_scenario_dict(raw, raw["title"]), oracle.vllm) is None for raw in raws)
+    differing, refused, mine = _compare_connector(oracle, raws)
+    assert differing == {}, f"{len(differing)} of {len(raws) - refused} differ: {differing}"
+    assert refused <= len(raws) // 10, refused
+    loads = sum(1 for r in mine for st in r["steps"] for n in st.get("external", {}).values() if n)
+    traces = []
+    for raw in raws:
+        try:
+            traces.append(replay(parse_scenario_dict(raw, raw["title"])))
+        except BadInput:
+            continue  # refused on both sides at the same step (_compare_connector)
+    rolled_back = sum(1 for t in traces for st in t.steps for d in st.drafts if d.num_rejected)
+    assert loads >= 10 and rolled_back >= 10, (loads, rolled_back)

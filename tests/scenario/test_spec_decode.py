@@ -131,10 +131,6 @@ def test_drafts_under_the_async_scheduler_parse():
             STEPS.format(engine=SPEC.replace("eagle", "ngram"), arrive="").replace('scheduler = "sync"\n', ""),
             "vLLM refuses async scheduling with 'ngram'",
         ),
-        (
-            STEPS.format(engine=SPEC + '\nkv_connector = { kind = "static" }', arrive="").replace('"sync"', '"async"'),
-            'engine.kv_connector: speculative decoding with a KV connector under scheduler = "async" is not modelled',
-        ),
         (MANAGER.format(engine=SPEC.replace("eagle", "mtp"), steps=""), "vLLM refuses 'mtp' for this model"),
         (MANAGER.format(engine=SPEC.replace("eagle", "dflash"), steps=""), "vLLM refuses 'dflash'"),
         (MANAGER.format(engine=SPEC.replace("eagle", "medusa"), steps=""), "unknown method 'medusa'"),

@@ -9,7 +9,8 @@ it samples plus one per draft it verifies. The running loop then schedules
 Speculative decoding: the worker proposes drafts on the device, so the scheduler gives every
 such request k ``-1`` drafts to schedule next step (spec_decode.py, `_set_placeholder_drafts`);
 the rejected ones roll the placeholders back with ``num_computed_tokens`` when the output
-arrives. With a KV connector that is not modelled (refused).
+arrives. A KV connector needs nothing of its own here: its admissions, delayed caching and
+remote waits compose with the placeholders as in vLLM.
 
 Prefix caching feels it at hashing time (spec part 2, rules 71-72): ``allocate_slots`` caches
 at most ``request.num_tokens`` tokens, and placeholders are not tokens yet, so when a sampled
@@ -20,20 +21,12 @@ last token arrived: one step later than the synchronous scheduler hashes it.
 
 from __future__ import annotations
 
-from typing import Any
-
-from explorer.core.errors import ConfigError
 from explorer.core.request import Request, RequestStatus
 from explorer.core.sched.output import SchedulerOutput
 from explorer.core.sched.scheduler import Scheduler
 
 
 class AsyncScheduler(Scheduler):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        if self.speculative_config is not None and self.connector is not None:
-            raise ConfigError("speculative decoding with the async scheduler and a KV connector is not modelled")
-
     def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
         """Placeholders for the token and the drafts of each scheduled request that samples,
         and k placeholder drafts for its next step (async_scheduler.py:25-57)."""

@@ -216,13 +216,13 @@ def test_each_update_reports_its_verified_drafts_in_spec_decoding_stats():
     assert sd.num_accepted_tokens_per_pos == [2, 2, 1] and sd.num_draft_tokens_per_pos == [2, 2, 1]
 
 
-def test_the_async_scheduler_refuses_drafts_with_a_kv_connector():
-    with pytest.raises(ConfigError, match="async scheduler and a KV connector is not modelled"):
-        make_engine_core(
-            KVCacheManager(16, use_eagle=True, num_prefill_lookahead=1),
-            SchedulerConfig(async_scheduling=True, speculative_config=SpeculativeConfig("eagle", 3)),
-            connector=StaticConnector(KVTransferConfig()),
-        )
+def test_the_async_scheduler_takes_drafts_with_a_kv_connector():
+    core = make_engine_core(
+        KVCacheManager(16, use_eagle=True, num_prefill_lookahead=1),
+        SchedulerConfig(async_scheduling=True, speculative_config=SpeculativeConfig("eagle", 3)),
+        connector=StaticConnector(KVTransferConfig()),
+    )
+    assert core.scheduler.connector is not None and core.scheduler.speculative_config is not None
 
 
 def test_the_async_scheduler_holds_placeholder_drafts_and_counts_them_in_flight():
