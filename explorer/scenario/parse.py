@@ -229,7 +229,7 @@ def parse_scenario_dict(data: Mapping[str, Any], source: str = "<scenario>", lim
     engine_steps = is_engine_step_scenario(steps)
     sched = parse_sched(ctx.fail, data.get("engine"), engine_steps, engine.max_model_len)
     kv = parse_connector(ctx.fail, data.get("engine"), engine_steps)  # design section 10
-    speculative = parse_speculative(ctx.fail, data.get("engine"), sched, kv is not None)  # design section 9
+    speculative = parse_speculative(ctx.fail, data.get("engine"), sched)  # design section 9
     groups = parse_groups(ctx.fail, data.get("engine"), engine.block_size, MAX_BLOCK_SIZE)  # section 8
     vllm = parse_release(ctx.fail, data.get("engine"))  # section 15
     check_release(ctx.fail, vllm, groups, kv, sync_drafts(sched, speculative))

@@ -33,6 +33,8 @@ class AsyncConnectorDraftsReplay(drafts.AsyncDraftsReplay):
         self.prev_rejected = {}
 
     def _execute(self, so) -> ModelRunnerOutput:
+        # The connector's worker output as the base driver's _execute builds it: repeated, not
+        # moved into a helper there, because editing that driver would re-key all its answers.
         kvo = None
         if self.offloading:
             kvo = self.worker.execute(so.kv_connector_metadata)
