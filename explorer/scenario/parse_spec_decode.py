@@ -41,9 +41,7 @@ def _count(fail: Fail, where: str, value: Any, lo: int, hi: int) -> int:
     return value
 
 
-def parse_speculative(
-    fail: Fail, raw_engine: Any, sched: SchedSpec | None, has_connector: bool = False
-) -> SpeculativeConfig | None:
+def parse_speculative(fail: Fail, raw_engine: Any, sched: SchedSpec | None) -> SpeculativeConfig | None:
     """``engine.speculative`` (None when absent); bad input where vLLM or the contract refuses."""
     raw = raw_engine.get(SPEC_KEY) if isinstance(raw_engine, Mapping) else None
     if raw is None:
