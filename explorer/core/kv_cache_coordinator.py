@@ -237,11 +237,13 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         scheduler_block_size: int,
         hash_block_size: int,
         retention_interval: int | None = 0,
+        release: VllmRelease = VLLM_0_31,
     ) -> None:
         super().__init__(
             block_pool, single_type_managers, enable_caching, use_eagle, scheduler_block_size, retention_interval
         )
         self.hash_block_size = hash_block_size
+        self.eagle_lookup_to_hashed_length = release.eagle_lookup_to_hashed_length
         sizes = [m.block_size for m in self.single_type_managers]
         if any(bs % hash_block_size for bs in sizes):
             raise ConfigError(
@@ -297,6 +299,11 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         groups = self.attention_groups
         simple_hybrid = len(groups) == 2 and groups[0].is_full_attention
         eagle_verified: set[int] = set()
+        # An EAGLE group matches one block past the candidate, then drops it: up to the lookup's
+        # cap, max_cache_hit_length (coordinator.py:919-921), or under 0.33.0 up to the hashed
+        # tokens, len(block_hashes) * hash_block_size (coordinator.py:882-885 in 0.33.0).
+        hashed = len(block_hashes) * self.hash_block_size
+        eagle_cap = hashed if self.eagle_lookup_to_hashed_length else max_cache_hit_length
         calls: list[GroupCall] = []
         passes = 0
         while True:
@@ -309,7 +316,7 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
                     curr = min(curr, length_by_group[first])
                     continue
                 drop = g.use_eagle and idx not in eagle_verified
-                max_length = min(curr + manager.block_size, max_cache_hit_length) if drop else curr
+                max_length = min(curr + manager.block_size, eagle_cap) if drop else curr
                 hits, new_length = manager.find_longest_cache_hit(
                     block_hashes, max_length, g.group_ids, drop, self.scheduler_block_size
                 )
@@ -350,11 +357,12 @@ class HybridKVCacheCoordinator(KVCacheCoordinator):
         out = [0] * self.num_groups
         for g in self.attention_groups:
             m = self.single_type_managers[g.group_ids[0]]
+            n = max_cache_hit_length
+            if g.use_eagle and self.eagle_lookup_to_hashed_length:  # coordinator.py:968-971 in 0.33.0
+                n = min(n + m.block_size, len(block_hashes) * self.hash_block_size)
             m.quiet = True
             try:
-                _, hit = m.find_longest_cache_hit(
-                    block_hashes, max_cache_hit_length, g.group_ids, g.use_eagle, self.scheduler_block_size
-                )
+                _, hit = m.find_longest_cache_hit(block_hashes, n, g.group_ids, g.use_eagle, self.scheduler_block_size)
             finally:
                 m.quiet = False
             for gid in g.group_ids:
@@ -386,5 +394,5 @@ def get_kv_cache_coordinator(
     if len(managers) == 1:
         return UnitaryKVCacheCoordinator(block_pool, managers[0], enable_caching, use_eagle, retention_interval)
     return HybridKVCacheCoordinator(
-        block_pool, managers, enable_caching, use_eagle, sbs, hash_block_size or sbs, retention_interval
+        block_pool, managers, enable_caching, use_eagle, sbs, hash_block_size or sbs, retention_interval, release
     )

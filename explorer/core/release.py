@@ -66,10 +66,28 @@ class VllmRelease:
     #     0.33.0); 0.31.0's get_num_new_matched_tokens clears only the block ids
     #     (offloading/scheduler.py:1063-1065).
     lookup_restarts_stores: bool
-    # Not a behaviour but a gap: a KV connector with speculative decoding under the sync
-    # scheduler replays differently from 0.33.0's Scheduler (it schedules more requests in a
-    # step) for a cause not yet found, so the engine refuses that combination under it.
-    models_kv_connector_with_sync_drafts: bool
+    # 11. With drafts, an async load's admission keeps free, for each in-flight prefill, the
+    #     blocks of its whole sequence plus one decode step's slots (1 + k + lookahead) counted
+    #     together (_request_remaining_blocks, scheduler.py:3404-3420 in 0.33.0), and for itself
+    #     that step's blocks summed over the groups at each group's block size
+    #     (_spec_decode_step_blocks, scheduler.py:371-381 in 0.33.0). 0.31.0 adds the step's
+    #     own whole blocks at the scheduler's block size to each in-flight prefill
+    #     (_request_remaining_blocks, scheduler.py:3003-3030), so it keeps a block more free
+    #     whenever the step fits in a sequence's last partial block.
+    spec_step_within_sequence: bool
+    # 12. With hybrid groups an EAGLE group that drops its last hit block (with a KV connector,
+    #     where 0.33.0 keeps the drop) may match up to the tokens the request has hashes for,
+    #     len(block_hashes) * hash_block_size, before the drop (find_longest_cache_hit,
+    #     kv_cache_coordinator.py:882-885 in 0.33.0, and find_longest_cache_hit_per_group,
+    #     kv_cache_coordinator.py:968-971 in 0.33.0). 0.31.0 caps it at the lookup's
+    #     max_cache_hit_length (kv_cache_coordinator.py:919-921), so a block-aligned hit up to
+    #     the last full block keeps one block more under 0.33.0.
+    eagle_lookup_to_hashed_length: bool
+    # 13. With hybrid groups and an EAGLE drop, a window group's sparse retention also keeps
+    #     the tail that reaches one block below a request's shared-prefix junction
+    #     (reachable_boundaries, single_type_kv_cache_manager.py:513-520 in 0.33.0). 0.31.0
+    #     keeps only the junction's (reachable_boundaries, single_type_kv_cache_manager.py:510-511).
+    eagle_junction_block_below: bool
 
 
 VLLM_0_31 = VllmRelease(
@@ -84,7 +102,9 @@ VLLM_0_31 = VllmRelease(
     trim_computed_at_stop=False,
     flush_skips_new_loads=False,
     lookup_restarts_stores=False,
-    models_kv_connector_with_sync_drafts=True,
+    spec_step_within_sequence=False,
+    eagle_lookup_to_hashed_length=False,
+    eagle_junction_block_below=False,
 )
 VLLM_0_33 = VllmRelease(
     version="0.33.0",
@@ -98,7 +118,9 @@ VLLM_0_33 = VllmRelease(
     trim_computed_at_stop=True,
     flush_skips_new_loads=True,
     lookup_restarts_stores=True,
-    models_kv_connector_with_sync_drafts=False,
+    spec_step_within_sequence=True,
+    eagle_lookup_to_hashed_length=True,
+    eagle_junction_block_below=True,
 )
 RELEASES: dict[str, VllmRelease] = {r.version: r for r in (VLLM_0_31, VLLM_0_33)}
 DEFAULT_VLLM = VLLM_0_31.version

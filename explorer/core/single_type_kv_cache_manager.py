@@ -199,6 +199,10 @@ class SingleTypeKVCacheManager:
         boundaries = [*replay_boundaries]
         if request.shared_prefix_boundary:
             boundaries.append(request.shared_prefix_boundary)
+            if self.use_eagle and self.release.eagle_junction_block_below:
+                # A request that diverges just past the junction has no block there for its
+                # EAGLE drop, so its hit ends one block lower (0.33.0).
+                boundaries.append(request.shared_prefix_boundary - self.block_size)
         mask = self.reachable_block_mask(num_cached, num_full, retention_interval, boundaries)
         if mask is not None and self.observer is not None:
             self.observer.on_retention(

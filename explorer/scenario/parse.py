@@ -34,7 +34,7 @@ from explorer.scenario.parse_groups import (
     parse_groups,
     refuse_connector,
 )
-from explorer.scenario.parse_release import RELEASE_KEY, check_release, parse_release, sync_drafts
+from explorer.scenario.parse_release import RELEASE_KEY, check_release, parse_release
 from explorer.scenario.parse_spec_decode import SPEC_KEY, apply_spec_ops, parse_speculative
 from explorer.scenario.parse_values import Ctx, read_bool, read_int, read_str, show
 from explorer.scenario.spec import (
@@ -232,7 +232,7 @@ def parse_scenario_dict(data: Mapping[str, Any], source: str = "<scenario>", lim
     speculative = parse_speculative(ctx.fail, data.get("engine"), sched)  # design section 9
     groups = parse_groups(ctx.fail, data.get("engine"), engine.block_size, MAX_BLOCK_SIZE)  # section 8
     vllm = parse_release(ctx.fail, data.get("engine"))  # section 15
-    check_release(ctx.fail, vllm, groups, kv, sync_drafts(sched, speculative))
+    check_release(ctx.fail, vllm, groups)
     check_offloading_alone(ctx.fail, kv, groups)
     refuse_connector(ctx.fail, groups, kv is not None, steps)
     parser = StepParser(source, hashing_engine(engine, groups), limits, engine_steps, kv)

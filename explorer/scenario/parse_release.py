@@ -8,7 +8,6 @@ from typing import Any
 
 from explorer.core.release import DEFAULT_VLLM, RELEASES, vllm_release
 from explorer.errors import BadInput
-from explorer.scenario.parse_connector import ConnectorSpec
 from explorer.scenario.parse_groups import GroupsSpec
 from explorer.scenario.spec import Scenario
 
@@ -29,23 +28,11 @@ def not_modelled(feature: str, version: str) -> str:
     return f'{feature} is not modelled for vLLM {version} yet: use vllm = "0.31.0"'
 
 
-def check_release(
-    fail: Callable[[str, str], BadInput],
-    version: str,
-    groups: GroupsSpec | None,
-    kv: ConnectorSpec | None = None,
-    sync_drafts: bool = False,
-) -> None:
+def check_release(fail: Callable[[str, str], BadInput], version: str, groups: GroupsSpec | None) -> None:
     """What only the chosen release refuses: since 0.32 a hash block size (vLLM's
     prefix_match_unit) other than the block size with one group (kv_cache_utils.py:843-857 in
-    0.33.0); 0.31.0 ignores it. And what the engine does not mirror for the release: a KV
-    connector with drafts under the sync scheduler in 0.33.0."""
+    0.33.0); 0.31.0 ignores it."""
     release = vllm_release(version)
-    if kv is not None and sync_drafts and not release.models_kv_connector_with_sync_drafts:
-        raise fail(
-            "engine.kv_connector",
-            not_modelled('a KV connector with speculative decoding under scheduler = "sync"', version),
-        )
     if groups is None or len(groups.groups) != 1 or groups.hash_block_size is None:
         return
     bs = groups.groups[0].block_size
@@ -55,11 +42,6 @@ def check_release(
             f"vLLM {version} refuses hash_block_size = {groups.hash_block_size} with one KV cache group: "
             f"prefix-cache hits land on the block size ({bs}); unset it or set it to {bs}",
         )
-
-
-def sync_drafts(sched: Any, speculative: Any) -> bool:
-    """Whether an engine-step scenario proposes drafts under the sync scheduler."""
-    return speculative is not None and sched is not None and sched.scheduler == "sync"
 
 
 def with_release(scenario: Scenario, version: str | None) -> Scenario:
@@ -73,5 +55,5 @@ def with_release(scenario: Scenario, version: str | None) -> Scenario:
     def fail(where: str, msg: str) -> BadInput:
         return BadInput(f"{scenario.source}: {where}: {msg}")
 
-    check_release(fail, version, scenario.groups, scenario.connector, sync_drafts(scenario.sched, scenario.speculative))
+    check_release(fail, version, scenario.groups)
     return replace(scenario, vllm=version)

@@ -1,5 +1,5 @@
 """Where hybrid KV cache groups (design section 8), speculative decoding (section 9) and the KV
-connector (section 10) meet, against vLLM 0.31.0's own classes, field by field.
+connector (section 10) meet, against vLLM's own classes (0.31.0 and 0.33.0), field by field.
 
 - Hybrid + speculative, engine steps: vLLM's real Scheduler with a SpeculativeConfig and a
   hybrid KVCacheConfig (vllm_sched_driver.py) on random hybrid speculative scenarios
@@ -19,8 +19,10 @@ connector (section 10) meet, against vLLM 0.31.0's own classes, field by field.
   AsyncScheduler with the connector (vllm_sched_async_connector_drafts_driver.py) on random
   static and offloading scenarios with drafts.
 - Offloading + speculative: vLLM's own OffloadingConnector on random offloading scenarios with
-  drafts (under 0.31.0; 0.33.0 refuses a KV connector with drafts under the sync scheduler,
-  which drafts need here).
+  drafts.
+- KV connector + speculative + hybrid groups, under both schedulers: where 0.33.0 keeps EAGLE's
+  drop (a connector turns its lookahead hashes off) and reserves an async load's decode step
+  inside the sequence.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from explorer.scenario.engine import replay
 from explorer.scenario.parse import parse_scenario_dict
 from explorer.scenario.randgen import random_scenario
 from tests.conformance.engine_step_scenarios import _draw_groups, random_connector_raw_scenario
-from tests.conformance.oracle import at_release, compare, refusal, seeds_for
+from tests.conformance.oracle import RELEASES, at_release, compare, refusal, seeds_for
+from tests.conformance.sched_oracle import VllmSchedAsyncConnectorDraftsOracle, VllmSchedOracle
 from tests.conformance.spec_scenarios import (
     METHODS,
     random_async_connector_spec_raw_scenario,
@@ -49,6 +52,12 @@ from tests.conformance.spec_scenarios import (
 from tests.conformance.test_spec_decode_conformance import _compare_all
 
 pytestmark = pytest.mark.conformance
+
+
+@pytest.fixture(params=RELEASES)
+def release(request) -> str:
+    return request.param
+
 
 ENGINE_STEP_SEEDS = range(200)
 MANAGER_SEEDS = range(150)
@@ -139,34 +148,35 @@ def _compare_connector(oracle, raws: list[dict]) -> tuple[dict, int, list[dict]]
     return differing, refused, mine
 
 
-def _drop_refused(release: str, raws: list[dict]) -> list[dict]:
-    """The scenarios ``release`` models. 0.33.0 refuses a KV connector with drafts under the
-    sync scheduler (not modelled): each such scenario must be refused with that line, and no
-    other is dropped. (Drafts need the sync scheduler in this contract, so 0.33.0 refuses every
-    scenario of the KV connector + drafts tier: the refusal is what it checks.)"""
-    kept = []
-    for raw in raws:
-        line = refusal(parse_scenario_dict(raw, raw["title"]), release)
-        sync = raw["engine"]["scheduler"] == "sync"
-        if release == "0.31.0" or not sync:
-            assert line is None, (raw["title"], line)
-            kept.append(raw)
-        else:
-            assert line is not None and 'speculative decoding under scheduler = "sync"' in line, raw["title"]
-    assert kept or release != "0.31.0"
-    return kept
-
-
 def test_random_connector_scenarios_with_drafts_match_vllm(vllm_sched_oracle):
     raws = [random_connector_spec_raw_scenario(s) for s in seeds_for(vllm_sched_oracle, CONNECTOR_SEEDS, 40)]
-    raws = _drop_refused(vllm_sched_oracle.vllm, raws)
-    if not raws:
-        return  # every scenario refused under this release, each refusal asserted
+    assert all(refusal(parse_scenario_dict(raw, raw["title"]), vllm_sched_oracle.vllm) is None for raw in raws)
     differing, refused, mine = _compare_connector(vllm_sched_oracle, raws)
     assert differing == {}, f"{len(differing)} of {len(raws) - refused} differ: {differing}"
     assert refused <= len(raws) // 10, refused
     loads = sum(1 for r in mine for st in r["steps"] for n in st.get("external", {}).values() if n)
-    assert loads >= (200 if len(raws) == len(CONNECTOR_SEEDS) else 20), loads
+    assert loads >= (200 if len(raws) == len(CONNECTOR_SEEDS) else 40), loads
+
+
+def _with_hybrid_groups(raw: dict, seed: int) -> dict:
+    """A copy of connector scenario ``raw`` with hybrid groups (full attention and windows in
+    either order, two windows, a larger group block size, every retention form), a pool that
+    holds the largest request alone in every group, and no `invalid_external_blocks` (bad input
+    with more than one group, as vLLM raises)."""
+    raw = copy.deepcopy(raw)
+    rng = random.Random(f"connector-hybrid:{seed}")
+    groups = _draw_groups(rng, raw["engine"]["block_size"])
+    while len(groups["kv_cache_groups"]) == 1:
+        groups = _draw_groups(rng, raw["engine"]["block_size"])
+    raw["engine"].update(groups)
+    sizes = [g.get("block_size", raw["engine"]["block_size"]) for g in groups["kv_cache_groups"]]
+    arrivals = [st for st in raw["steps"] if st["op"] == "arrive"]
+    largest = max(sum(-(-(len(r["prompt"]) + len(r["output"])) // bs) for bs in sizes) for r in arrivals)
+    raw["engine"]["num_blocks"] = max(raw["engine"]["num_blocks"], largest + 1 + rng.randint(0, largest))
+    for st in arrivals:
+        st.pop("invalid_external_blocks", None)
+    raw["title"] += ", hybrid groups"
+    return raw
 
 
 def test_random_connector_scenarios_with_one_full_attention_group_match_vllm(vllm_sched_oracle):
@@ -204,23 +214,9 @@ def test_random_connector_scenarios_with_one_window_group_match_vllm(vllm_sched_
 def test_random_connector_scenarios_with_hybrid_groups_match_vllm(vllm_sched_oracle):
     """Full attention and windows in either order, two windows, a larger group block size,
     every retention form; no `invalid_external_blocks` (bad input with more than one group)."""
-    raws = []
-    for s in seeds_for(vllm_sched_oracle, range(60), 30):
-        raw = copy.deepcopy(random_connector_raw_scenario(s))
-        rng = random.Random(f"connector-hybrid:{s}")
-        groups = _draw_groups(rng, raw["engine"]["block_size"])
-        while len(groups["kv_cache_groups"]) == 1:
-            groups = _draw_groups(rng, raw["engine"]["block_size"])
-        raw["engine"].update(groups)
-        # The pool must hold the largest request alone in every group (as the generator's).
-        sizes = [g.get("block_size", raw["engine"]["block_size"]) for g in groups["kv_cache_groups"]]
-        arrivals = [st for st in raw["steps"] if st["op"] == "arrive"]
-        largest = max(sum(-(-(len(r["prompt"]) + len(r["output"])) // bs) for bs in sizes) for r in arrivals)
-        raw["engine"]["num_blocks"] = max(raw["engine"]["num_blocks"], largest + 1 + rng.randint(0, largest))
-        for st in arrivals:
-            st.pop("invalid_external_blocks", None)
-        raw["title"] += ", hybrid groups"
-        raws.append(raw)
+    raws = [
+        _with_hybrid_groups(random_connector_raw_scenario(s), s) for s in seeds_for(vllm_sched_oracle, range(60), 30)
+    ]
     differing, refused, mine = _compare_connector(vllm_sched_oracle, raws)
     assert differing == {}, f"{len(differing)} of {len(raws) - refused} differ: {differing}"
     assert refused <= len(raws) // 6, refused
@@ -230,13 +226,9 @@ def test_random_connector_scenarios_with_hybrid_groups_match_vllm(vllm_sched_ora
 
 def test_random_offloading_scenarios_with_drafts_match_vllm(vllm_sched_oracle):
     """vLLM's own OffloadingConnector with speculative decoding (every method, 1-4 drafts, the
-    sync scheduler drafts need): the CPU tier stores prompt blocks only, under pressure, and
-    gives back what the GPU cache lost, while drafts are verified and rolled back. 0.33.0
-    refuses a KV connector with drafts under the sync scheduler: each scenario's refusal is
-    asserted (_drop_refused)."""
-    raws = _drop_refused(vllm_sched_oracle.vllm, [random_offloading_spec_raw_scenario(s) for s in range(60)])
-    if not raws:
-        return
+    sync scheduler): the CPU tier stores prompt blocks only, under pressure, and gives back what
+    the GPU cache lost, while drafts are verified and rolled back."""
+    raws = [random_offloading_spec_raw_scenario(s) for s in seeds_for(vllm_sched_oracle, range(60), 30)]
     differing, refused, mine = _compare_connector(vllm_sched_oracle, raws)
     assert differing == {}, f"{len(differing)} of {len(raws) - refused} differ: {differing}"
     assert refused <= len(raws) // 6, refused
@@ -244,6 +236,39 @@ def test_random_offloading_scenarios_with_drafts_match_vllm(vllm_sched_oracle):
     traces = [replay(parse_scenario_dict(raw, raw["title"])) for raw in raws[:20]]
     rolled_back = sum(1 for t in traces for st in t.steps for d in st.drafts if d.num_rejected)
     assert loads >= 20 and rolled_back >= 20, (loads, rolled_back)
+
+
+def _replayed(raws: list[dict]) -> list:
+    """Our traces of the scenarios we replay (the others are refused on both sides at the same
+    step, _compare_connector)."""
+    traces = []
+    for raw in raws:
+        try:
+            traces.append(replay(parse_scenario_dict(raw, raw["title"])))
+        except BadInput:
+            continue
+    return traces
+
+
+@pytest.mark.parametrize("scheduler", ["sync", "async"])
+def test_random_connector_scenarios_with_drafts_and_hybrid_groups_match_vllm(vllm_oracles, release, scheduler):
+    """The static connector, drafts and hybrid groups together: with a connector 0.33.0 keeps
+    EAGLE's drop (no lookahead hashes), so its hybrid drop (eagle_lookup_to_hashed_length,
+    eagle_junction_block_below) and an async load's reservation with drafts
+    (spec_step_within_sequence) are compared here, under both schedulers."""
+    kind = VllmSchedOracle if scheduler == "sync" else VllmSchedAsyncConnectorDraftsOracle
+    oracle = vllm_oracles.get(kind, release)
+    draw = random_connector_spec_raw_scenario if scheduler == "sync" else random_async_connector_spec_raw_scenario
+    raws = [_with_hybrid_groups(draw(s), s) for s in seeds_for(oracle, range(60), 40)]
+    assert all(refusal(parse_scenario_dict(raw, raw["title"]), oracle.vllm) is None for raw in raws)
+    differing, refused, mine = _compare_connector(oracle, raws)
+    assert differing == {}, f"{len(differing)} of {len(raws) - refused} differ: {differing}"
+    assert refused <= len(raws) // 6, refused
+    loads = sum(1 for r in mine for st in r["steps"] for n in st.get("external", {}).values() if n)
+    traces = _replayed(raws)
+    rolled_back = sum(1 for t in traces for st in t.steps for d in st.drafts if d.num_rejected)
+    eagle = sum(1 for t in traces for st in t.steps if st.eagle_dropped)
+    assert loads >= 40 and rolled_back >= 40 and eagle >= 10, (loads, rolled_back, eagle)
 
 
 @pytest.mark.parametrize("kind", ["static", "offloading"])
@@ -258,11 +283,5 @@ def test_random_connector_scenarios_with_drafts_under_async_match_vllm(vllm_asyn
     assert differing == {}, f"{len(differing)} of {len(raws) - refused} differ: {differing}"
     assert refused <= len(raws) // 10, refused
     loads = sum(1 for r in mine for st in r["steps"] for n in st.get("external", {}).values() if n)
-    traces = []
-    for raw in raws:
-        try:
-            traces.append(replay(parse_scenario_dict(raw, raw["title"])))
-        except BadInput:
-            continue  # refused on both sides at the same step (_compare_connector)
-    rolled_back = sum(1 for t in traces for st in t.steps for d in st.drafts if d.num_rejected)
+    rolled_back = sum(1 for t in _replayed(raws) for st in t.steps for d in st.drafts if d.num_rejected)
     assert loads >= 10 and rolled_back >= 10, (loads, rolled_back)

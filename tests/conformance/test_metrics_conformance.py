@@ -36,7 +36,13 @@ from tests.conformance.engine_step_scenarios import (
 )
 from tests.conformance.exposition_samples import OFFLOAD_EXCLUDED, _kept, deltas, parse
 from tests.conformance.oracle import RELEASES, VllmOracle, at_release, modelled_cases, refusal, seeds_for
-from tests.conformance.sched_oracle import HERE, VllmSchedAsyncDraftsOracle, golden_paths, oracle_kind
+from tests.conformance.sched_oracle import (
+    HERE,
+    VllmSchedAsyncConnectorDraftsOracle,
+    VllmSchedAsyncDraftsOracle,
+    golden_paths,
+    oracle_kind,
+)
 from tests.conformance.spec_scenarios import random_spec_engine_steps
 from tests.conformance.test_engine_steps_conformance import ENGINE_STEP_LESSONS, both_schedulers
 
@@ -84,9 +90,19 @@ class VllmMetricsAsyncDraftsOracle(VllmOracle):
     driver = HERE / "vllm_metrics_async_drafts_driver.py"
 
 
+class VllmMetricsAsyncConnectorDraftsOracle(VllmOracle):
+    """A KV connector with drafts under the async scheduler: the metrics driver around the
+    async connector-drafts played model and worker."""
+
+    driver = HERE / "vllm_metrics_async_connector_drafts_driver.py"
+
+
 def metrics_kind(scenario) -> type[VllmOracle]:
     """The metrics driver a scenario is asked of (as sched_oracle.oracle_kind picks the replay's)."""
-    return VllmMetricsAsyncDraftsOracle if oracle_kind(scenario) is VllmSchedAsyncDraftsOracle else VllmMetricsOracle
+    kind = oracle_kind(scenario)
+    if kind is VllmSchedAsyncConnectorDraftsOracle:
+        return VllmMetricsAsyncConnectorDraftsOracle
+    return VllmMetricsAsyncDraftsOracle if kind is VllmSchedAsyncDraftsOracle else VllmMetricsOracle
 
 
 @pytest.fixture(scope="module", params=RELEASES)

@@ -229,3 +229,17 @@ def test_0_33_trims_num_computed_when_a_verify_step_stops_the_request():
     assert [[e["type"] for e in st["events"]] for st in steps] == [[], ["BlockStored"], [], []]
     assert steps[2]["finished"] == ["R"] and steps[2]["outputs"] == {"R": [301, 302]}
     assert vllm_diff(scenario).identical
+
+
+def test_0_33_keeps_a_decode_step_inside_the_sequence_an_async_load_reserves():
+    # The golden's two async loads with drafts (spec_step_within_sequence): 0.31.0 keeps a
+    # block more free for A's decode step, so B's load waits until A finishes; under 0.33.0 it
+    # starts beside A's. Both releases' own Schedulers answer so (the engine-step goldens).
+    golden = REPO / "tests" / "scenario" / "golden" / "engine_steps" / "connector_drafts_load_reservation.toml"
+    scenario = load_scenario(golden)
+    runs = {v: replay(with_release(scenario, v), record=False).to_json()["steps"] for v in ("0.31.0", "0.33.0")}
+    steps = {v: [st for st in run if st["op"] == "step"] for v, run in runs.items()}
+    assert steps["0.31.0"][0]["external"] == {"A": 32} and steps["0.33.0"][0]["external"] == {"A": 32, "B": 32}
+    assert [st["finished"] for st in steps["0.31.0"]] == [[], [], ["A"], [], ["B"], []]
+    assert [st["finished"] for st in steps["0.33.0"]] == [[], [], ["A", "B"], [], [], []]
+    assert not vllm_diff(scenario).identical

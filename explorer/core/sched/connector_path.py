@@ -25,6 +25,7 @@ from explorer.core.kv_cache_manager import KVCacheManager
 from explorer.core.kv_cache_observer import KVCacheObserver
 from explorer.core.kv_cache_utils import KVCacheBlock
 from explorer.core.metrics import PrefixCacheStats
+from explorer.core.release import VLLM_0_31, VllmRelease
 from explorer.core.request import Request, RequestStatus
 from explorer.core.sched.kv_connector.base import KVConnectorBase
 from explorer.core.sched.output import KV_FETCH_COMPLETED_WAITING, KV_FETCH_STAGES, KVConnectorOutput
@@ -45,13 +46,15 @@ class ConnectorPath:
     num_lookahead_tokens: int
 
     def _init_connector(
-        self, connector: KVConnectorBase | None, max_concurrent_batches: int, cached_by_source_metrics: bool = False
+        self, connector: KVConnectorBase | None, max_concurrent_batches: int, release: VllmRelease = VLLM_0_31
     ) -> None:
         self.connector = connector
+        # The release's switch: how an async load's reservation counts a decode step's slots.
+        self.spec_step_within_sequence = release.spec_step_within_sequence
         # The release's switch: 0.33.0's stats split connector hits by source and count the
         # requests with an async load by stage (_kv_fetch_stages, scheduler.py:495-500 in
         # 0.33.0); the stages are None when not tracked (0.31.0, no connector, or no stats).
-        self.cached_by_source_metrics = cached_by_source_metrics
+        self.cached_by_source_metrics = cached_by_source_metrics = release.cached_by_source_metrics
         self._kv_fetch_stages: dict[Request, str] | None = (
             {} if cached_by_source_metrics and connector is not None and self.kv_cache_manager.log_stats else None
         )
@@ -138,21 +141,38 @@ class ConnectorPath:
     # ---- async loads -------------------------------------------------------------------------
 
     def _inflight_prefill_reserved_blocks(self) -> int:
-        """Blocks the in-flight prefills still need to hold their whole sequence (L3001-3030)."""
+        """Blocks the in-flight prefills still need to hold their whole sequence and, with
+        drafts, one decode step (L3003-3030; 0.33.0 counts the step's slots inside the
+        sequence, spec_step_within_sequence)."""
         coordinator = self.kv_cache_manager.coordinator
+        within = self.spec_step_within_sequence
+        step = 1 + self.num_spec_tokens + self.num_lookahead_tokens if self.num_spec_tokens else 0
         total = 0
         for req in self._inflight_prefills:
             full = min(req.num_tokens, self.kv_cache_manager.max_model_len)
-            total += coordinator.get_num_blocks_to_allocate(req.request_id, full, coordinator.empty_blocks())
-            total += self._spec_decode_step_blocks()
+            # With the per-request admission cap a window group's reservation is clamped to,
+            # as at admission (apply_admission_cap=True, L3013).
+            total += coordinator.get_num_blocks_to_allocate(
+                req.request_id,
+                full + step if within else full,
+                coordinator.empty_blocks(),
+                req.num_computed_tokens,
+                apply_admission_cap=True,
+            )
+            if not within:
+                total += self._spec_decode_step_blocks()
         return total
 
     def _spec_decode_step_blocks(self) -> int:
-        """With drafts, the blocks of one decode step's extra slots, which an async load and
-        each in-flight prefill also keep free (L3019-3030); 0 without speculative decoding."""
+        """With drafts, the blocks of one decode step's extra slots, which an async load also
+        keeps free (L3019-3030): at the scheduler's block size, or under 0.33.0 summed over the
+        groups at each one's (spec_step_within_sequence); 0 without speculative decoding."""
         if not self.num_spec_tokens:
             return 0
-        return -(-(1 + self.num_spec_tokens + self.num_lookahead_tokens) // self.block_size)
+        step = 1 + self.num_spec_tokens + self.num_lookahead_tokens
+        if self.spec_step_within_sequence:
+            return sum(-(-step // m.block_size) for m in self.kv_cache_manager.coordinator.single_type_managers)
+        return -(-step // self.block_size)
 
     def _handle_blocked_waiting_request(self, request: Request) -> bool:
         """False: the load is still in flight, skip it this step; else promote it (L3099-3131)."""

@@ -85,7 +85,7 @@ class Scheduler(WaitingPass, FinishAndReset):
         # Waiting requests a schedule() skipped and none has scheduled since (vLLM: a set).
         self.deferred_waiting: set[str] = set()
         # The KV connector (None: none), and the max_concurrent_batches it sees.
-        self._init_connector(connector, 2 if config.async_scheduling else 1, config.release.cached_by_source_metrics)
+        self._init_connector(connector, 2 if config.async_scheduling else 1, config.release)
         self.request_steps.free_blocks = self._free_request_blocks
 
     # ---- the queues --------------------------------------------------------------------------

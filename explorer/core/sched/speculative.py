@@ -105,8 +105,7 @@ class SpeculativeConfig:
         waiting pass reports as that step's error. Under the async scheduler (modelled: it holds
         placeholder drafts, async_scheduler.py) vLLM's V1 model runner takes only the drafters
         that run on the device, so ngram is refused (its speculative_config check,
-        config/vllm.py:1554-1566; 0.33.0: 1651-1680); a KV connector with drafts under it is not
-        modelled (the AsyncScheduler refuses it)."""
+        config/vllm.py:1554-1566; 0.33.0: 1651-1680)."""
         slots = self.max_num_new_slots_for_drafting
         if max_num_batched_tokens <= slots:
             raise ConfigError(
