@@ -241,6 +241,32 @@ class BlockPool:
         ret = self.free_block_queue.popleft_n(num_blocks)
         observer = self.block_observer
         gone: list[BlockHashWithGroupId] | None = [] if self.observer is not None else None
+        if observer is None and not self.enable_kv_cache_events and not self.cached_block_hashes_by_block:
+            self._evict_plain(ret, gone)
+        else:
+            self._evict_reported(ret, gone, observer)
+        if gone and self.observer is not None:  # a hash is gone only when its last duplicate goes
+            self.observer.on_hashes_removed(self.cached_block_hash_to_block.missing(gone), "evicted")
+        return ret
+
+    def _evict_plain(self, ret: list[KVCacheBlock], gone: list[BlockHashWithGroupId] | None) -> None:
+        """`_evict_reported` when no block report, no event and no partial tail entry can
+        result: each cached block's one key leaves the map, as _maybe_evict_cached_block would
+        remove it (this loop runs once per allocated block of a long replay)."""
+        pop = self.cached_block_hash_to_block.pop
+        caching = self.enable_caching
+        for block in ret:
+            key = block._block_hash
+            if caching and key is not None:
+                if pop(key, block.block_id) is not None and gone is not None:
+                    gone.append(key)
+                block._block_hash = block.block_hash_num_tokens = None  # reset_hash, inlined
+            assert block.ref_cnt == 0
+            block.ref_cnt = 1
+
+    def _evict_reported(
+        self, ret: list[KVCacheBlock], gone: list[BlockHashWithGroupId] | None, observer: KVCacheObserver | None
+    ) -> None:
         for block in ret:
             if observer is not None:
                 key = block.block_hash
@@ -249,9 +275,6 @@ class BlockPool:
                 self._maybe_evict_cached_block(block, gone)
             assert block.ref_cnt == 0
             block.ref_cnt = 1
-        if gone and self.observer is not None:  # a hash is gone only when its last duplicate goes
-            self.observer.on_hashes_removed(self.cached_block_hash_to_block.missing(gone), "evicted")
-        return ret
 
     def _maybe_evict_cached_block(self, block: KVCacheBlock, gone: list[BlockHashWithGroupId] | None) -> bool:
         """Drop the block's keys from the map (one copy of a duplicate) and announce each;

@@ -6,12 +6,14 @@ Line references are to vLLM 0.31.0.
 from __future__ import annotations
 
 import bisect
+import hashlib
+import pickle
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from explorer.core.errors import ConfigError
-from explorer.core.hashing import BlockHash, BlockHashWithGroupId, HashContext
+from explorer.core.hashing import BlockHash, BlockHashWithGroupId, HashContext, sha256
 
 if TYPE_CHECKING:
     from explorer.core.request import Request
@@ -246,6 +248,10 @@ class RequestBlockHasher:
         tokens = request.all_token_ids
         limit = len(tokens) - la
         new_hashes: list[BlockHash] = []
+        if not la and (not keys or not _has_extra_keys(request)):
+            # No block has extra keys: the same hashes without a per-block key walk, and the
+            # default sha256 inlined (a long trace replay hashes millions of blocks here).
+            return _hash_plain(ctx, parent, tokens, start, limit, block_size)
         while start + block_size <= limit:
             end = start + block_size
             extra: Any = generate_block_hash_extra_keys(request, start, end + la) if keys else None
@@ -255,6 +261,36 @@ class RequestBlockHasher:
             new_hashes.append(parent)
             start = end
         return new_hashes
+
+
+def _has_extra_keys(request: Request) -> bool:
+    """Whether any block of the request can have extra keys (generate_block_hash_extra_keys)."""
+    return request.lora_request is not None or bool(request.mm_features) or bool(request.cache_salt)
+
+
+def _hash_plain(
+    ctx: HashContext, parent: BlockHash | None, tokens: Sequence[int], start: int, limit: int, block_size: int
+) -> list[BlockHash]:
+    """The chained hashes of the full blocks in [start, limit) when every block's extra keys
+    are None: hash_block_tokens block by block, the loop and (for sha256) the hash inlined."""
+    prev: bytes = parent or ctx.none_hash  # hash_block_tokens: a falsy parent means NONE_HASH
+    out: list[bytes] = []
+    append = out.append
+    if ctx.hash_fn is sha256:
+        dumps, digest, proto = pickle.dumps, hashlib.sha256, pickle.HIGHEST_PROTOCOL  # as hashing.sha256
+        while start + block_size <= limit:
+            end = start + block_size
+            prev = digest(dumps((prev, tuple(tokens[start:end]), None), protocol=proto)).digest()
+            append(prev)
+            start = end
+        return cast("list[BlockHash]", out)  # BlockHash is a NewType of bytes
+    hash_fn = ctx.hash_fn
+    while start + block_size <= limit:
+        end = start + block_size
+        prev = hash_fn((prev, tuple(tokens[start:end]), None))
+        append(prev)
+        start = end
+    return cast("list[BlockHash]", out)
 
 
 def get_request_block_hasher(
