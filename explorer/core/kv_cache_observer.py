@@ -194,6 +194,10 @@ class KVCacheObserver:
         ``is_prefill_chunk`` says whether prompt tokens are left, ``num_placeholders`` counts
         async output placeholders (tokens in flight whose value is not known yet)."""
 
+    def on_admission_allocated(self, request_id: str, block_ids: tuple[list[int], ...] | None) -> None:
+        """The waiting pass's ``allocate_slots`` for the request gave it ``block_ids`` (new
+        block ids per KV cache group), or None: no room, nothing changed."""
+
     def on_preempted(self, request_id: str, reason: str) -> None:
         """The request lost its blocks and went back to the waiting queue, for ``reason``."""
 

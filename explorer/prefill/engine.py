@@ -22,10 +22,10 @@ from explorer.core.hashing import init_none_hash
 from explorer.core.kv_cache_manager import KVCacheManager
 from explorer.core.kv_cache_utils import get_request_block_hasher
 from explorer.core.request import Request
-from explorer.core.sched.request_steps import RequestSteps
 from explorer.prefill.configs import BLOCK_SIZE
 from explorer.prefill.model import PagedLlama
 from explorer.prefill.paged_kv import PagedKVPool
+from explorer.scenario.request_steps import RequestSteps
 
 Progress = Callable[[float, str], None]
 

@@ -16,7 +16,6 @@ from typing import Any
 from explorer.core.kv_cache_manager import KVCacheBlocks
 from explorer.core.metrics import CachingMetrics, PrefixCacheStats
 from explorer.core.request import LoRARequest, MultiModalFeature, Request, RequestStatus
-from explorer.core.sched.request_steps import RequestSteps
 from explorer.miss.reasons import MissTracker
 from explorer.miss.tee import observer_of
 from explorer.scenario.budget import check_replay_budget
@@ -31,6 +30,7 @@ from explorer.scenario.recorder import (
     hashed_since,
     new_manager,
 )
+from explorer.scenario.request_steps import RequestSteps
 from explorer.scenario.snapshot import Snapshots
 from explorer.scenario.spec import CLI_LIMITS, Limits, Op, Scenario
 from explorer.scenario.trace import HashedBlock, Snapshot, Step, Trace, with_expectations
@@ -168,7 +168,6 @@ class ScenarioEngine:
         out["ok"] = admitted.ok
         out["new_block_ids"] = self._ids(admitted.new_blocks)
         if self.scenario.groups is not None:
-            self.sched.take_admissions()
             new_ids = None if admitted.new_blocks is None else admitted.new_blocks.get_block_ids()
             out["hybrid"] = admit_fields(self.manager, new_ids)
 

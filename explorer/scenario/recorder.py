@@ -17,7 +17,6 @@ from explorer.core.kv_cache_observer import AdmissionCheck, FreedTo, GroupLookup
 from explorer.core.kv_cache_utils import generate_block_hash_extra_keys, get_request_block_hasher
 from explorer.core.release import VLLM_0_31, VllmRelease
 from explorer.core.request import Request
-from explorer.core.sched.request_steps import RequestSteps
 from explorer.core.sched.speculative import SpeculativeConfig
 from explorer.errors import BadInput
 from explorer.scenario.parse_groups import GroupsSpec
@@ -238,16 +237,30 @@ def admit_fields(manager: KVCacheManager, new_block_ids: tuple[list[int], ...] |
     }
 
 
-def step_fields(manager: KVCacheManager, steps: RequestSteps) -> dict[str, Any]:
+class AdmissionLog(KVCacheObserver):
+    """The waiting pass's allocations of an engine step, as the scheduler reported them: the
+    hybrid JSON's ``new_block_ids_by_group`` (design section 8)."""
+
+    def __init__(self) -> None:
+        self.admissions: list[tuple[str, tuple[list[int], ...] | None]] = []
+
+    def on_admission_allocated(self, request_id: str, block_ids: tuple[list[int], ...] | None) -> None:
+        self.admissions.append((request_id, block_ids))
+
+    def take(self) -> list[tuple[str, tuple[list[int], ...] | None]]:
+        out, self.admissions = self.admissions, []
+        return out
+
+
+def step_fields(manager: KVCacheManager, admissions: AdmissionLog) -> dict[str, Any]:
     """A `step`'s hybrid fields: maps keyed by request id, for the lookups and the
     waiting-queue admissions the scheduler made in it."""
     n = manager.coordinator.num_groups
     lookups = manager.take_group_lookups()
-    admissions = steps.take_admissions()
     return {
         "group_hit_tokens": {g.request_id: list(g.group_hit_tokens) for g in lookups},
         "shared_prefix_boundary": {g.request_id: g.shared_prefix_boundary for g in lookups},
         "new_block_ids_by_group": {
-            rid: [list(g) for g in ids] if ids else [[] for _ in range(n)] for rid, ids in admissions
+            rid: [list(g) for g in ids] if ids else [[] for _ in range(n)] for rid, ids in admissions.take()
         },
     }

@@ -15,11 +15,9 @@ from collections.abc import Iterable
 from explorer.core.errors import SchedulingError
 from explorer.core.request import Request, RequestStatus
 from explorer.core.sched.connector_path import ConnectorPath
-from explorer.core.sched.request_steps import RequestSteps
 
 
 class FinishAndReset(ConnectorPath):
-    request_steps: RequestSteps
     waiting: deque[Request]
     finished_req_ids: list[str]
     deferred_waiting: set[str]
@@ -70,10 +68,12 @@ class FinishAndReset(ConnectorPath):
         request is preempted first, from the end of the running queue, so they come back in
         order; their output in flight is dropped. ``reset_connector`` also empties the
         connector's store; without a connector it resets nothing and does not fail."""
-        reason = "reset_prefix_cache(reset_running_requests=True)"
-        ok, _ = self.request_steps.reset_prefix_cache(
-            reset_running_requests, lambda r: self._preempt_request(r, reason, drop_stale_output=True)
-        )
+        if reset_running_requests:
+            while self.running:
+                self._preempt_request(
+                    self.running.pop(), "reset_prefix_cache(reset_running_requests=True)", drop_stale_output=True
+                )
+        ok = self.kv_cache_manager.reset_prefix_cache()
         if reset_running_requests and not ok:
             # Blocks are still held by a load in flight or a deferred free: vLLM raises (L2808-2815).
             raise SchedulingError(

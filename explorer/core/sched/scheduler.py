@@ -47,7 +47,6 @@ from explorer.core.sched.output import (
     SchedulerStats,
     SpecDecodingStats,
 )
-from explorer.core.sched.request_steps import RequestSteps
 from explorer.core.sched.utils import cache_on_token_arrival, check_stop
 from explorer.core.sched.waiting import WaitingPass
 
@@ -65,7 +64,6 @@ class Scheduler(WaitingPass, FinishAndReset):
         self.config = config
         self.kv_cache_manager = kv_cache_manager
         self.observer = kv_cache_manager.observer
-        self.request_steps = RequestSteps(kv_cache_manager)
         self.max_num_running_reqs = config.max_num_seqs
         self.max_num_scheduled_tokens = config.max_num_batched_tokens
         self.max_model_len = kv_cache_manager.max_model_len
@@ -77,8 +75,8 @@ class Scheduler(WaitingPass, FinishAndReset):
         self.requests: dict[str, Request] = {}
         # FCFS: arrivals at the back, preempted requests at the front (FCFSRequestQueue, request_queue.py:75-116).
         self.waiting: deque[Request] = deque()
-        # The running queue is RequestSteps' (one list): in the order requests became running.
-        self.running: list[Request] = self.request_steps.running
+        # In the order requests became running; preemption pops the last (FCFS).
+        self.running: list[Request] = []
         # Finished / preempted since the last schedule() (vLLM keeps sets; order kept here).
         self.finished_req_ids: list[str] = []
         self.reset_preempted_req_ids: list[str] = []
@@ -86,7 +84,6 @@ class Scheduler(WaitingPass, FinishAndReset):
         self.deferred_waiting: set[str] = set()
         # The KV connector (None: none), and the max_concurrent_batches it sees.
         self._init_connector(connector, 2 if config.async_scheduling else 1, config.release)
-        self.request_steps.free_blocks = self._free_request_blocks
 
     # ---- the queues --------------------------------------------------------------------------
 
@@ -170,9 +167,9 @@ class Scheduler(WaitingPass, FinishAndReset):
                 # No room: preempt the lowest-priority request, under FCFS the last running
                 # one, until the allocation succeeds or the request preempted itself; not one
                 # whose free would be deferred (L748-817).
-                preempted_req = self.running[-1]
-                if not self._request_blocks_can_be_freed(preempted_req):
+                if not self._request_blocks_can_be_freed(self.running[-1]):
                     break
+                preempted_req = self.running.pop()
                 self._preempt_request(
                     preempted_req,
                     f"allocate_slots for {request.request_id} ({num_new_tokens} tokens) found no room",
@@ -236,13 +233,17 @@ class Scheduler(WaitingPass, FinishAndReset):
         Async: output still in flight becomes stale; it is delivered later (or dropped, after
         a reset) without touching the counters reset here."""
         assert request.status == RequestStatus.RUNNING, "only running requests can be preempted"
-        self.request_steps.preempt(request)  # free, num_computed_tokens = 0, one more preemption
+        self._free_request_blocks(request)
         self._inflight_prefills.pop(request, None)
+        request.status = RequestStatus.PREEMPTED
+        request.num_computed_tokens = 0
+        request.spec_token_ids = []
         request.drop_stale_output = drop_stale_output or (
             request.drop_stale_output and request.num_stale_output_tokens > 0
         )
         request.num_stale_output_tokens = request.num_in_flight_tokens
         request.num_output_placeholders = 0
+        request.num_preemptions += 1
         request.record_event(EngineCoreEventType.PREEMPTED)
         self.waiting.appendleft(request)
         self.reset_preempted_req_ids.append(request.request_id)

@@ -36,7 +36,6 @@ from explorer.core.kv_cache_manager import KVCacheManager
 from explorer.core.kv_cache_observer import KVCacheObserver
 from explorer.core.request import Request
 from explorer.core.sched.output import SchedulerOutput, SpecDecodingStats
-from explorer.core.sched.request_steps import RequestSteps
 from explorer.core.sched.speculative import SpeculativeConfig
 
 # A placeholder draft: scheduled to keep the batch uniform, never accepted.
@@ -65,7 +64,6 @@ class SpecDecodeMixin:
     observer: KVCacheObserver | None
     max_model_len: int
     kv_cache_manager: KVCacheManager
-    request_steps: RequestSteps
 
     def _init_spec_decode(self, speculative_config: SpeculativeConfig | None) -> None:
         """scheduler.py:274-318: the numbers the scheduler reads off the config (num_spec_tokens,
@@ -85,7 +83,6 @@ class SpecDecodeMixin:
                 f"the KV cache manager was built with use_eagle={mgr.use_eagle}, num_prefill_lookahead="
                 f"{mgr.num_prefill_lookahead}; the speculative config needs {use_eagle}, {self.num_prefill_lookahead}"
             )
-        self.request_steps.num_lookahead_tokens = self.num_lookahead_tokens
         # This schedule()'s scheduled_spec_decode_tokens, until its SchedulerOutput takes them.
         self._scheduled_spec_tokens: dict[str, list[int]] = {}
         # This schedule()'s running loop, as the waiting loop's padding rule reads it.

@@ -19,12 +19,11 @@ from explorer.core.kv_cache_manager import KVCacheBlocks
 from explorer.core.request import Request, RequestStatus
 from explorer.core.sched.connector_path import ConnectorPath, holds_kv_blocks
 from explorer.core.sched.output import KV_FETCH_IN_PROGRESS, KV_FETCH_WAITING_TO_START
-from explorer.core.sched.request_steps import RequestSteps
 from explorer.core.sched.spec_decode import SpecDecodeMixin
 
 
 class WaitingPass(ConnectorPath, SpecDecodeMixin):
-    request_steps: RequestSteps
+    running: list[Request]
     waiting: deque[Request]
     max_num_running_reqs: int
     deferred_waiting: set[str]
@@ -70,7 +69,9 @@ class WaitingPass(ConnectorPath, SpecDecodeMixin):
             if request.num_computed_tokens == 0:
                 # The local hit (L929-941; a preempted request looks its outputs up too), then
                 # the connector with the block-aligned hit (L939-1009).
-                new_computed_blocks, num_local = self.request_steps.lookup(request)
+                new_computed_blocks, num_local, request.shared_prefix_boundary = (
+                    self.kv_cache_manager.get_computed_blocks(request)
+                )
                 if connector is not None:
                     aligned = num_local - num_local % self.block_size
                     ext, load_kv_async = connector.get_num_new_matched_tokens(request, aligned)
@@ -119,16 +120,21 @@ class WaitingPass(ConnectorPath, SpecDecodeMixin):
             reserved = (
                 self._inflight_prefill_reserved_blocks() + self._spec_decode_step_blocks() if load_kv_async else 0
             )
-            new_blocks = self.request_steps.allocate(
+            did_lookup = request.num_computed_tokens == 0
+            new_blocks = self.kv_cache_manager.allocate_slots(
                 request,
                 num_new_tokens,
                 num_local,
                 new_computed_blocks,
-                full_sequence_must_fit=True,
+                # no drafter slots while an async KV load runs (L1177-1180)
+                num_lookahead_tokens=0 if load_kv_async else self.num_lookahead_tokens,
                 num_external_computed_tokens=num_external,
                 delay_cache_blocks=load_kv_async,
+                full_sequence_must_fit=True,
                 reserved_blocks=reserved,
             )
+            if self.observer is not None:
+                self.observer.on_admission_allocated(rid, None if new_blocks is None else new_blocks.get_block_ids())
             if new_blocks is None:
                 break
             if padded_cut:
@@ -149,6 +155,8 @@ class WaitingPass(ConnectorPath, SpecDecodeMixin):
                         else None
                     )
                     self.connector_prefix_cache_stats.record(queries, hits, preempted, by_source)
+            if did_lookup:  # at admission, so a lookup that found no room is not counted (L1252-1256)
+                self.kv_cache_manager.record_prefix_cache_stats(request, num_local)
 
             if load_kv_async:
                 # The blocks are held while the load runs; the request stays waiting (L1258-1287).
@@ -168,7 +176,8 @@ class WaitingPass(ConnectorPath, SpecDecodeMixin):
                 scheduled_resumed_reqs.append(request)
             num_scheduled_tokens[rid] = num_new_tokens
             token_budget -= num_new_tokens
-            self.request_steps.set_running(request)
+            self.running.append(request)
+            request.status = RequestStatus.RUNNING
             request.num_computed_tokens = num_computed_tokens
             self._set_kv_fetch_stage(request, None)
             self._note_padding(request, num_new_tokens, num_computed_tokens)

@@ -2,9 +2,9 @@
 
 vLLM's ``Scheduler.schedule()`` (vllm/v1/core/sched/scheduler.py, 0.31.0) decides which request
 runs and how many tokens it gets; for each request it picks, it talks to the KV cache manager
-in a fixed order. This module is that order, and the only place outside the manager that makes
-those calls, so scenario replay, trace replay, the prefill engine and the router all schedule
-the same way:
+in a fixed order. A manager-level scenario (design section 3), a trace replay, the prefill
+engine and the router have no scheduler: their ops say who runs when, and this module makes
+the manager calls for them in that order, so they all schedule the same way:
 
 - admission of a waiting or preempted request: ``get_computed_blocks`` (skipped for a later
   chunk, with caching off, or with prompt logprobs), then ``allocate_slots``; only when that
@@ -16,15 +16,13 @@ the same way:
 - reset: ``reset_prefix_cache()``, optionally after preempting every running request from the
   end of the running queue (scheduler.py:2794-2804).
 
-Who runs when is the caller's choice: a scenario's ops, a trace's arrivals, or the mirrored
-`Scheduler` (scheduler.py), which decides with its token budget and queues and makes these same
-calls through `lookup`, `allocate`, `preempt`, `free` and `reset_prefix_cache`. `RequestSteps`
-keeps the running queue in the order requests became running (the scheduler's ``running``).
+The mirrored `Scheduler` (explorer/core/sched/) makes these calls itself, inside its own
+``schedule()``, as vLLM's does. `RequestSteps` keeps the running queue in the order requests
+became running.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from explorer.core.kv_cache_manager import KVCacheBlocks, KVCacheManager
@@ -48,11 +46,6 @@ class RequestSteps:
         self.num_lookahead_tokens = num_lookahead_tokens
         # Requests in the order they became running (a later chunk does not move one).
         self.running: list[Request] = []
-        # How a request's blocks go back: the manager's free, or the scheduler's, which defers
-        # it while a step in flight may still write them (a KV connector, connector_path.py).
-        self.free_blocks: Callable[[Request], None] = kv_cache_manager.free
-        # With hybrid groups: (request id, new block ids per group or None) per allocate().
-        self.admissions: list[tuple[str, tuple[list[int], ...] | None]] = []
 
     def lookup(self, request: Request) -> tuple[KVCacheBlocks | None, int]:
         """The local hit of a request that computes from token 0 (empty when it may not read
@@ -69,15 +62,10 @@ class RequestSteps:
         num_new_tokens: int,
         num_new_computed_tokens: int = 0,
         new_computed_blocks: KVCacheBlocks | None = None,
-        full_sequence_must_fit: bool = False,
-        num_external_computed_tokens: int = 0,
-        delay_cache_blocks: bool = False,
-        reserved_blocks: int = 0,
     ) -> KVCacheBlocks | None:
         """allocate_slots for an admission after ``lookup``; when it succeeds, a request that
         looked up (computes from token 0) records its stats: at admission only, so a lookup that
-        found no room is not counted (record_prefix_cache_stats, scheduler.py:1252-1256). The KV
-        connector's arguments pass through (the scheduler's waiting pass, waiting.py)."""
+        found no room is not counted (record_prefix_cache_stats, scheduler.py:1252-1256)."""
         did_lookup = request.num_computed_tokens == 0
         mgr = self.kv_cache_manager
         new_blocks = mgr.allocate_slots(
@@ -85,24 +73,11 @@ class RequestSteps:
             num_new_tokens,
             num_new_computed_tokens,
             new_computed_blocks,
-            # no drafter slots while an async KV load runs (scheduler.py:1177-1180)
-            num_lookahead_tokens=0 if delay_cache_blocks else self.num_lookahead_tokens,
-            num_external_computed_tokens=num_external_computed_tokens,
-            delay_cache_blocks=delay_cache_blocks,
-            full_sequence_must_fit=full_sequence_must_fit,
-            reserved_blocks=reserved_blocks,
+            num_lookahead_tokens=self.num_lookahead_tokens,
         )
         if new_blocks is not None and did_lookup:
             mgr.record_prefix_cache_stats(request, num_new_computed_tokens)
-        if mgr.hybrid:
-            self.admissions.append((request.request_id, None if new_blocks is None else new_blocks.get_block_ids()))
         return new_blocks
-
-    def take_admissions(self) -> list[tuple[str, tuple[list[int], ...] | None]]:
-        """The admissions allocated since the last call (hybrid groups only): each request's
-        new block ids per group, None where allocate_slots found no room."""
-        out, self.admissions = self.admissions, []
-        return out
 
     def admit(self, request: Request, max_new_tokens: int | None = None) -> Admitted:
         """Lookup (first chunk only) and allocate_slots for the rest of the prompt, or for at
@@ -166,18 +141,15 @@ class RequestSteps:
         request.status = RequestStatus.PREEMPTED
         request.num_preemptions += 1
 
-    def reset_prefix_cache(
-        self, reset_running_requests: bool = False, preempt: Callable[[Request], None] | None = None
-    ) -> tuple[bool, list[Request]]:
+    def reset_prefix_cache(self, reset_running_requests: bool = False) -> tuple[bool, list[Request]]:
         """reset_prefix_cache(), after preempting every running request from the end of the
-        running queue when asked (with ``preempt``, the scheduler's own preemption, or
-        `preempt`); returns whether the reset happened and who was preempted, in order."""
-        preempt = self.preempt if preempt is None else preempt
+        running queue when asked; returns whether the reset happened and who was preempted,
+        in order."""
         preempted: list[Request] = []
         if reset_running_requests:
             while self.running:
                 request = self.running[-1]
-                preempt(request)
+                self.preempt(request)
                 preempted.append(request)
         return self.kv_cache_manager.reset_prefix_cache(), preempted
 
@@ -188,8 +160,7 @@ class RequestSteps:
             self.running.append(request)
 
     def free(self, request: Request) -> None:
-        """``free``: the blocks return in reverse order; a running request leaves the queue
-        (the scheduler takes a stopped request out of it itself, after its update loop)."""
-        self.free_blocks(request)
+        """``free``: the blocks return in reverse order; a running request leaves the queue."""
+        self.kv_cache_manager.free(request)
         if request.status == RequestStatus.RUNNING:
             self.running.remove(request)
