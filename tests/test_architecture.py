@@ -140,6 +140,7 @@ LAYERS = {
     "toml_read": 2,
     "tokens": 2,
     "extra_keys": 2,
+    "request_steps": 2,
     "miss": 2,
     "hashcalc": 3,
     "scenario": 3,

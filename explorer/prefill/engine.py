@@ -25,7 +25,7 @@ from explorer.core.request import Request
 from explorer.prefill.configs import BLOCK_SIZE
 from explorer.prefill.model import PagedLlama
 from explorer.prefill.paged_kv import PagedKVPool
-from explorer.scenario.request_steps import RequestSteps
+from explorer.request_steps import RequestSteps
 
 Progress = Callable[[float, str], None]
 

@@ -18,6 +18,7 @@ from explorer.core.metrics import CachingMetrics, PrefixCacheStats
 from explorer.core.request import LoRARequest, MultiModalFeature, Request, RequestStatus
 from explorer.miss.reasons import MissTracker
 from explorer.miss.tee import observer_of
+from explorer.request_steps import RequestSteps
 from explorer.scenario.budget import check_replay_budget
 from explorer.scenario.engine_steps import EngineStepReplay, replay_engine_steps
 from explorer.scenario.recorder import (
@@ -30,7 +31,6 @@ from explorer.scenario.recorder import (
     hashed_since,
     new_manager,
 )
-from explorer.scenario.request_steps import RequestSteps
 from explorer.scenario.snapshot import Snapshots
 from explorer.scenario.spec import CLI_LIMITS, Limits, Op, Scenario
 from explorer.scenario.trace import HashedBlock, Snapshot, Step, Trace, with_expectations

@@ -10,7 +10,7 @@ from __future__ import annotations
 from explorer.core.kv_cache_manager import KVCacheManager
 from explorer.core.kv_cache_observer import KVCacheObserver
 from explorer.core.request import Request
-from explorer.scenario.request_steps import RequestSteps
+from explorer.request_steps import RequestSteps
 from explorer.traffic.trace import MAX_MODEL_LEN
 
 

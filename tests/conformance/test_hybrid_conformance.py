@@ -22,10 +22,10 @@ from explorer.core.kv_cache_interface import full_attention, sliding_window
 from explorer.core.kv_cache_manager import KVCacheManager
 from explorer.core.kv_cache_utils import get_request_block_hasher
 from explorer.core.request import Request
+from explorer.request_steps import RequestSteps
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import parse_scenario_dict
 from explorer.scenario.randgen import random_scenario
-from explorer.scenario.request_steps import RequestSteps
 from tests.conformance.engine_step_scenarios import random_raw_scenario, under_both_schedulers
 from tests.conformance.oracle import at_release, compare, seeds_for
 from tests.conformance.test_conformance import _report, results_beside_vllm

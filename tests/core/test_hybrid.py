@@ -17,7 +17,7 @@ from explorer.core.kv_cache_observer import KVCacheObserver
 from explorer.core.kv_cache_utils import get_request_block_hasher
 from explorer.core.request import Request
 from explorer.core.sliding_window_manager import SlidingWindowManager
-from explorer.scenario.request_steps import RequestSteps
+from explorer.request_steps import RequestSteps
 from tests.core.invariants import EventMirror, check_invariants
 
 FA_SWA32 = [full_attention(16), sliding_window(16, 32)]

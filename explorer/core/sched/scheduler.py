@@ -75,8 +75,7 @@ class Scheduler(WaitingPass, FinishAndReset):
         self.requests: dict[str, Request] = {}
         # FCFS: arrivals at the back, preempted requests at the front (FCFSRequestQueue, request_queue.py:75-116).
         self.waiting: deque[Request] = deque()
-        # In the order requests became running; preemption pops the last (FCFS).
-        self.running: list[Request] = []
+        self.running: list[Request] = []  # in the order they became running; preemption pops the last
         # Finished / preempted since the last schedule() (vLLM keeps sets; order kept here).
         self.finished_req_ids: list[str] = []
         self.reset_preempted_req_ids: list[str] = []
@@ -229,9 +228,9 @@ class Scheduler(WaitingPass, FinishAndReset):
         return scheduler_output
 
     def _preempt_request(self, request: Request, reason: str, drop_stale_output: bool = False) -> None:
-        """Free the request's blocks and put it at the front of the waiting queue (L1538-1581).
-        Async: output still in flight becomes stale; it is delivered later (or dropped, after
-        a reset) without touching the counters reset here."""
+        """Free the blocks of a request the caller took off ``running`` and put it at the front
+        of the waiting queue (L1538-1581). Async: output in flight becomes stale, delivered later
+        (or dropped, after a reset) without touching the counters reset here."""
         assert request.status == RequestStatus.RUNNING, "only running requests can be preempted"
         self._free_request_blocks(request)
         self._inflight_prefills.pop(request, None)
