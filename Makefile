@@ -43,8 +43,8 @@ test-live: setup
 
 # ruff (lint + format) and mypy, as `make test` runs them first.
 lint: setup
-	$(BIN)/ruff check explorer tests scripts app.py
-	$(BIN)/ruff format --check explorer tests scripts app.py
+	$(BIN)/ruff check explorer tests vllm_drivers scripts app.py
+	$(BIN)/ruff format --check explorer tests vllm_drivers scripts app.py
 	$(BIN)/mypy
 
 # Unit tiers only: no browser, no vLLM oracle.

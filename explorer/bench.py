@@ -19,7 +19,7 @@ The two replay JSONs must be identical. Not part of CI: the figures depend on th
 ``--engine-steps`` benchmarks an engine-step scenario (design section 7) instead, under both
 schedulers: requests sharing system prompts arrive between steps into a pool small enough to
 preempt, and are stepped until done; ours (the mirrored scheduler) against vLLM's own Scheduler
-and AsyncScheduler driven by tests/conformance/vllm_sched_driver.py, with the same two
+and AsyncScheduler driven by vllm_drivers/vllm_sched_driver.py, with the same two
 comparisons (vLLM's whole run includes building its scheduler, not its VllmConfig).
 """
 
@@ -48,8 +48,8 @@ from explorer.scenario.write import dumps_scenario
 
 REPO = Path(__file__).resolve().parents[1]
 VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
-DRIVER = REPO / "tests" / "conformance" / "vllm_driver.py"
-SCHED_DRIVER = REPO / "tests" / "conformance" / "vllm_sched_driver.py"
+DRIVER = REPO / "vllm_drivers" / "vllm_driver.py"
+SCHED_DRIVER = REPO / "vllm_drivers" / "vllm_sched_driver.py"
 DEFAULT_OPS = 3000
 DEFAULT_BLOCKS = 600
 DEFAULT_REPEAT = 5

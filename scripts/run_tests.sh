@@ -12,8 +12,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p test-output
 echo "static checks: ruff check, ruff format --check, mypy"
-.venv/bin/ruff check explorer tests scripts app.py || exit 1
-.venv/bin/ruff format --check explorer tests scripts app.py || exit 1
+.venv/bin/ruff check explorer tests vllm_drivers scripts app.py || exit 1
+.venv/bin/ruff format --check explorer tests vllm_drivers scripts app.py || exit 1
 .venv/bin/mypy || exit 1
 jobs="${PYTEST_JOBS:-2}"
 parallel=()

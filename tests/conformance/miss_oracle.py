@@ -9,9 +9,9 @@ This module runs in the project's virtualenv; it never imports vLLM.
 
 from __future__ import annotations
 
-from tests.conformance.oracle import HERE, VllmOracle
+from tests.conformance.oracle import DRIVERS, VllmOracle
 
-MISS_DRIVER = HERE / "vllm_miss_driver.py"
+MISS_DRIVER = DRIVERS / "vllm_miss_driver.py"
 
 
 class VllmMissOracle(VllmOracle):
@@ -23,4 +23,4 @@ class VllmMissOracle(VllmOracle):
 class VllmSchedMissOracle(VllmOracle):
     """One vllm_sched_miss_driver.py process; ``replay`` sends an engine-step scenario."""
 
-    driver = HERE / "vllm_sched_miss_driver.py"
+    driver = DRIVERS / "vllm_sched_miss_driver.py"

@@ -26,7 +26,8 @@ from tests.conformance import answer_cache
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent.parent
-DRIVER = HERE / "vllm_driver.py"
+DRIVERS = REPO_ROOT / "vllm_drivers"  # the scripts run inside the vLLM virtualenvs
+DRIVER = DRIVERS / "vllm_driver.py"
 VENV_PYTHON = REPO_ROOT / ".venv-vllm" / "bin" / "python"
 SETUP_HINT = "bash tests/conformance/setup_vllm.sh"
 # The releases the conformance tier runs against (design section 15): each in its own venv.

@@ -20,11 +20,11 @@ import sys
 from pathlib import Path
 
 from tests.conformance.engine_step_scenarios import load_toml
-from tests.conformance.oracle import HERE, REPO_ROOT, VllmOracle, compare
+from tests.conformance.oracle import DRIVERS, REPO_ROOT, VllmOracle, compare
 
-SCHED_DRIVER = HERE / "vllm_sched_driver.py"
-ASYNC_DRAFTS_DRIVER = HERE / "vllm_sched_async_drafts_driver.py"
-ASYNC_CONNECTOR_DRAFTS_DRIVER = HERE / "vllm_sched_async_connector_drafts_driver.py"
+SCHED_DRIVER = DRIVERS / "vllm_sched_driver.py"
+ASYNC_DRAFTS_DRIVER = DRIVERS / "vllm_sched_async_drafts_driver.py"
+ASYNC_CONNECTOR_DRAFTS_DRIVER = DRIVERS / "vllm_sched_async_connector_drafts_driver.py"
 GOLDEN_DIR = REPO_ROOT / "tests" / "scenario" / "golden" / "engine_steps"
 
 __all__ = [

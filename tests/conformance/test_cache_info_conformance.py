@@ -15,8 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from explorer.metrics.cache_info import FAMILY
 from explorer.metrics.replay import MetricsRecorder
 from explorer.scenario.parse import load_scenario, parse_scenario_dict
-from tests.conformance.oracle import RELEASES, VllmOracle, at_release, modelled_cases, seeds_for
-from tests.conformance.sched_oracle import HERE, golden_paths
+from tests.conformance.oracle import DRIVERS, RELEASES, VllmOracle, at_release, modelled_cases, seeds_for
+from tests.conformance.sched_oracle import golden_paths
 from tests.conformance.test_engine_steps_conformance import ENGINE_STEP_LESSONS, both_schedulers
 
 pytestmark = pytest.mark.conformance
@@ -25,7 +25,7 @@ RANDOM_SEEDS = range(12)
 
 
 class VllmCacheInfoOracle(VllmOracle):
-    driver = HERE / "vllm_cache_info_driver.py"
+    driver = DRIVERS / "vllm_cache_info_driver.py"
 
 
 @pytest.fixture(scope="module", params=RELEASES)

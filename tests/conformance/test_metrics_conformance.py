@@ -34,10 +34,8 @@ from tests.conformance.engine_step_scenarios import (
     random_offloading_raw_scenario,
     under_both_schedulers,
 )
-from tests.conformance.exposition_samples import OFFLOAD_EXCLUDED, _kept, deltas, parse
-from tests.conformance.oracle import RELEASES, VllmOracle, at_release, modelled_cases, refusal, seeds_for
+from tests.conformance.oracle import DRIVERS, HERE, RELEASES, VllmOracle, at_release, modelled_cases, refusal, seeds_for
 from tests.conformance.sched_oracle import (
-    HERE,
     VllmSchedAsyncConnectorDraftsOracle,
     VllmSchedAsyncDraftsOracle,
     golden_paths,
@@ -45,6 +43,7 @@ from tests.conformance.sched_oracle import (
 )
 from tests.conformance.spec_scenarios import random_spec_engine_steps
 from tests.conformance.test_engine_steps_conformance import ENGINE_STEP_LESSONS, both_schedulers
+from vllm_drivers.exposition_samples import OFFLOAD_EXCLUDED, _kept, deltas, parse
 
 pytestmark = pytest.mark.conformance
 
@@ -81,20 +80,20 @@ SERIES = '{engine="0",model_name="explorer"}'
 
 
 class VllmMetricsOracle(VllmOracle):
-    driver = HERE / "vllm_metrics_driver.py"
+    driver = DRIVERS / "vllm_metrics_driver.py"
 
 
 class VllmMetricsAsyncDraftsOracle(VllmOracle):
     """Drafts under the async scheduler: the metrics driver around the async-drafts played model."""
 
-    driver = HERE / "vllm_metrics_async_drafts_driver.py"
+    driver = DRIVERS / "vllm_metrics_async_drafts_driver.py"
 
 
 class VllmMetricsAsyncConnectorDraftsOracle(VllmOracle):
     """A KV connector with drafts under the async scheduler: the metrics driver around the
     async connector-drafts played model and worker."""
 
-    driver = HERE / "vllm_metrics_async_connector_drafts_driver.py"
+    driver = DRIVERS / "vllm_metrics_async_connector_drafts_driver.py"
 
 
 def metrics_kind(scenario) -> type[VllmOracle]:

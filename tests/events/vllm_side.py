@@ -16,7 +16,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parent.parent
-HELPER = HERE / "vllm_helper.py"
+HELPER = REPO_ROOT / "vllm_drivers" / "vllm_helper.py"
 VENV_PYTHON = REPO_ROOT / ".venv-vllm" / "bin" / "python"
 
 
