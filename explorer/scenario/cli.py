@@ -15,6 +15,7 @@ from explorer.miss.sentence import miss_sentence
 from explorer.numbers import counted
 from explorer.printable import printable
 from explorer.scenario.engine import replay
+from explorer.scenario.ops import Arrival
 from explorer.scenario.parse import load_scenario
 from explorer.scenario.parse_release import with_release
 from explorer.scenario.spec import Scenario
@@ -49,8 +50,8 @@ def describe_step(step: Step, block_size: int) -> str:
     parts: list[str] = []
     snap = step.snapshot
     assert snap is not None, "the text form describes a recorded replay"
-    if op.op == "arrive":
-        req = snap.request(op.id or "")
+    if isinstance(op, Arrival):
+        req = snap.request(op.id)
         n = req.num_tokens if req else len(op.prompt)
         parts.append(
             f"{counted(n, 'token')}, {counted(len(step.hashed), 'full block')} hashed, "
