@@ -17,7 +17,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from explorer.scenario.parse import load_scenario, parse_scenario_dict  # noqa: E402
+from explorer.scenario.parse import parse_scenario_bytes, parse_scenario_dict  # noqa: E402
 from explorer.scenario.randgen import random_scenario  # noqa: E402
 from explorer.scenario.randgen_profiles import PROFILES  # noqa: E402
 from explorer.scenario.spec import Scenario  # noqa: E402
@@ -52,8 +52,8 @@ def _generators() -> list[tuple[str, Callable[[int], dict[str, Any]]]]:
 
 def scenarios(seeds: int) -> Iterator[tuple[str, Scenario]]:
     files = sorted(ROOT.glob("lessons/*.toml")) + sorted(ROOT.glob("tests/scenario/golden/**/*.toml"))
-    for path in files:
-        yield "file", load_scenario(path)
+    for path in files:  # named relative to the checkout, so two checkouts' dumps compare
+        yield "file", parse_scenario_bytes(path.read_bytes(), str(path.relative_to(ROOT)))
     for name, gen in _generators():
         for seed in range(seeds):
             yield name, parse_scenario_dict(gen(seed), f"<{name}:{seed}>")

@@ -27,6 +27,15 @@ from explorer.core.sched.output import EngineCoreOutputs, KVEventCollector
 from explorer.miss.reasons import MissTracker
 from explorer.miss.tee import observer_of
 from explorer.scenario.connector import held, make_connector
+from explorer.scenario.connector_reports import (
+    ConnectorLoaded,
+    ConnectorLoadFailed,
+    ConnectorLookup,
+    ConnectorReport,
+    CpuJobsDone,
+    CpuLoad,
+    CpuStore,
+)
 from explorer.scenario.ops import (
     Abort,
     Admit,
@@ -55,15 +64,7 @@ from explorer.scenario.recorder import (
 )
 from explorer.scenario.snapshot import Snapshots
 from explorer.scenario.spec import Scenario
-from explorer.scenario.trace import (
-    ConnectorReport,
-    EngineStepRecord,
-    Scheduled,
-    Snapshot,
-    Step,
-    Trace,
-    with_expectations,
-)
+from explorer.scenario.trace import EngineStepRecord, Scheduled, Snapshot, Step, Trace, with_expectations
 
 
 class SchedRecorder(StepRecorder):
@@ -84,27 +85,24 @@ class SchedRecorder(StepRecorder):
         self.preemptions.append((request_id, reason))
 
     def on_external_lookup(self, request_id: str, num_local: int, num_external: int | None, load_async: bool) -> None:
-        self.connector.append(ConnectorReport("lookup", request_id, num_local, num_external, load_async))
+        self.connector.append(ConnectorLookup(request_id, num_local, num_external, load_async))
 
     def on_kv_load_done(self, request_id: str, num_computed_tokens: int, failed: bool) -> None:
-        self.connector.append(ConnectorReport("loaded", request_id, num_tokens=num_computed_tokens, failed=failed))
+        self.connector.append(ConnectorLoaded(request_id, num_computed_tokens, failed))
 
     def on_kv_load_failed(self, request_id: str, num_valid_tokens: int, evicted_block_ids: tuple[int, ...]) -> None:
-        report = ConnectorReport("failed", request_id, num_tokens=num_valid_tokens, evicted=evicted_block_ids)
-        self.connector.append(report)
+        self.connector.append(ConnectorLoadFailed(request_id, num_valid_tokens, evicted_block_ids))
 
     def on_cpu_store(
         self, request_id: str, hashes: tuple[bytes, ...], evicted: tuple[bytes, ...], refused: bool
     ) -> None:
-        self.connector.append(
-            ConnectorReport("cpu_store", request_id, hashes=hashes, cpu_evicted=evicted, failed=refused)
-        )
+        self.connector.append(CpuStore(request_id, hashes, evicted, refused))
 
     def on_cpu_load(self, request_id: str, hashes: tuple[bytes, ...], block_ids: tuple[int, ...]) -> None:
-        self.connector.append(ConnectorReport("cpu_load", request_id, hashes=hashes, block_ids=block_ids))
+        self.connector.append(CpuLoad(request_id, hashes, block_ids))
 
     def on_cpu_jobs_done(self, stored: tuple[bytes, ...], loaded: tuple[bytes, ...]) -> None:
-        self.connector.append(ConnectorReport("cpu_done", "", hashes=stored, cpu_loaded=loaded))
+        self.connector.append(CpuJobsDone(stored, loaded))
 
 
 class ExportedTotals:

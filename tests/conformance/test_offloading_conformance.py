@@ -81,7 +81,7 @@ def test_random_offloading_scenarios_match_vllm(vllm_sched_oracle):
                 elif report.kind == "cpu_load":
                     seen["cpu_load"] += 1
                 elif report.kind == "cpu_store":
-                    seen["store_refused" if report.failed else "cpu_store"] += 1
+                    seen["store_refused" if report.refused else "cpu_store"] += 1
                     seen["cpu_evicted"] += bool(report.cpu_evicted)
             seen["cpu_events"] += sum(getattr(e, "medium", None) == "CPU" for e in step.events)
         seen["reset_external"] += sum(isinstance(op, EngineReset) and op.external for op in sc.ops)
