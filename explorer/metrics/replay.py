@@ -23,6 +23,7 @@ from explorer.metrics.cache_info import CacheConfigInfo
 from explorer.metrics.frontend import SOURCES, OutputProcessor
 from explorer.metrics.log_line import LoggingStatLogger, LogLine
 from explorer.metrics.prom import PrometheusStatLogger
+from explorer.scenario.ops import Abort, EngineArrive, StepOp
 from explorer.scenario.spec import Scenario
 from explorer.scenario.trace import Step, Trace
 
@@ -91,13 +92,11 @@ class MetricsRecorder:
     def feed(self, step: Step) -> MetricsPoint:
         op = step.op
         updated = False
-        if op.op == "arrive":
-            assert op.id is not None and op.output is not None
+        if isinstance(op, EngineArrive):
             self.frontend.add_request(op.id, len(op.prompt), len(op.output))
-        elif op.op == "abort":
-            assert op.id is not None
+        elif isinstance(op, Abort):
             self.frontend.abort_request(op.id)
-        elif op.op == "step":
+        elif isinstance(op, StepOp):
             self.now += self.pace
             es = step.engine_step
             if es is not None and es.update is not None:

@@ -13,9 +13,10 @@ import random
 from typing import Any
 
 from explorer.practice.question import Question
+from explorer.scenario.connector_reports import ConnectorLoaded, ConnectorLookup
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import parse_scenario_dict
-from explorer.scenario.trace import ConnectorReport, Step, Trace
+from explorer.scenario.trace import Step, Trace
 
 LESSON = "18_external_tier"
 
@@ -26,10 +27,10 @@ def _scenario(kind: str, seed: int, engine: dict[str, Any], steps: list[dict[str
     )
 
 
-def _lookup(step: Step, rid: str) -> ConnectorReport:
+def _lookup(step: Step, rid: str) -> ConnectorLookup:
     es = step.engine_step
     assert es is not None
-    return next(r for r in es.connector if r.kind == "lookup" and r.request_id == rid)
+    return next(r for r in es.connector if isinstance(r, ConnectorLookup) and r.request_id == rid)
 
 
 def _question(kind: str, seed: int, scenario: Any, trace: Trace, asked: int, **kw: Any) -> Question:
@@ -139,7 +140,7 @@ def q_async_load_events(seed: int) -> Question:
     step = trace.steps[asked]
     stored = [e for e in step.events if type(e).__name__ == "BlockStored"]
     answer = sum(len(getattr(e, "block_hashes", ())) for e in stored)
-    loaded = [r for r in (step.engine_step.connector if step.engine_step else ()) if r.kind == "loaded"]
+    loaded = [r for r in (step.engine_step.connector if step.engine_step else ()) if isinstance(r, ConnectorLoaded)]
     lines = [
         f"The admission in step 2 allocated {-(-held // bs)} blocks for the load with delay_cache_blocks: "
         "nothing was hashed and no BlockStored was queued (kv_cache_manager.py:598-601).",

@@ -16,7 +16,8 @@ so for every prefix that runs these counts are upper bounds.
 from __future__ import annotations
 
 from explorer.errors import BadInput
-from explorer.scenario.spec import EngineConfig, Limits, Op, Scenario
+from explorer.scenario.ops import Abort, Arrival, EngineArrive, Finish, Generate, Op, Sample, StepOp
+from explorer.scenario.spec import EngineConfig, Limits, Scenario
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -134,14 +135,14 @@ def snapshot_cells(scenario: Scenario, record: bool, upto: int | None = None) ->
     cpu_chunks = 0
     for op in ops:
         rid = op.id or ""
-        if op.op == "arrive" and cpu_cap:
+        if isinstance(op, Arrival) and cpu_cap:
             cpu_chunks = min(cpu_cap, cpu_chunks + len(op.prompt) // bs)
         before = live.get(rid)
-        if op.op == "arrive":  # an engine-step arrival grows by its output, one step at a time
-            after: int | None = len(op.prompt) + len(op.output or ())
-        elif op.op in ("sample", "generate") and before is not None and isinstance(op.tokens, tuple):
+        if isinstance(op, Arrival):  # an engine-step arrival grows by its output, one step at a time
+            after: int | None = len(op.prompt) + (len(op.output) if isinstance(op, EngineArrive) else 0)
+        elif isinstance(op, (Sample, Generate)) and before is not None:
             after = before + len(op.tokens)
-        elif op.op in ("finish", "abort"):
+        elif isinstance(op, (Finish, Abort)):
             after = None
         else:
             after = before
@@ -169,11 +170,11 @@ def step_records(scenario: Scenario, upto: int | None = None) -> int:
     live: set[str] = set()
     records = 0
     for op in ops:
-        if op.op == "arrive":
-            live.add(op.id or "")
-        elif op.op == "abort":
-            live.discard(op.id or "")
-        elif op.op == "step":
+        if isinstance(op, Arrival):
+            live.add(op.id)
+        elif isinstance(op, Abort):
+            live.discard(op.id)
+        elif isinstance(op, StepOp):
             records += min(seqs, len(live))
     return records
 
@@ -192,7 +193,7 @@ def check_replay_budget(scenario: Scenario, limits: Limits, record: bool, upto: 
         )
     if record:
         ops = scenario.ops if upto is None else scenario.ops[:upto]
-        decodes = sum(len(op.tokens) for op in ops if op.op == "generate" and isinstance(op.tokens, tuple))
+        decodes = sum(len(op.tokens) for op in ops if isinstance(op, Generate))
         if decodes > limits.max_recorded_decodes:
             raise BadInput(
                 f"{scenario.source}: recording {decodes:,} generated tokens keeps a report of each, more than "

@@ -10,16 +10,27 @@ import argparse
 import json
 import sys
 from collections.abc import Iterable
+from typing import assert_never
 
 from explorer.miss.sentence import miss_sentence
 from explorer.numbers import counted
 from explorer.printable import printable
+from explorer.scenario.connector_reports import (
+    ConnectorLoaded,
+    ConnectorLoadFailed,
+    ConnectorLookup,
+    ConnectorReport,
+    CpuJobsDone,
+    CpuLoad,
+    CpuStore,
+)
 from explorer.scenario.engine import replay
+from explorer.scenario.ops import Arrival
 from explorer.scenario.parse import load_scenario
 from explorer.scenario.parse_release import with_release
 from explorer.scenario.spec import Scenario
 from explorer.scenario.spec_decode_text import spec_decode_words
-from explorer.scenario.trace import ConnectorReport, EngineStepRecord, Step, Trace
+from explorer.scenario.trace import EngineStepRecord, Step, Trace
 from explorer.scenario.vllm_diff import vllm_diff
 
 MAX_FAILURES_SHOWN = 100  # expect failures listed on stderr (a scenario may have 100,000)
@@ -49,8 +60,8 @@ def describe_step(step: Step, block_size: int) -> str:
     parts: list[str] = []
     snap = step.snapshot
     assert snap is not None, "the text form describes a recorded replay"
-    if op.op == "arrive":
-        req = snap.request(op.id or "")
+    if isinstance(op, Arrival):
+        req = snap.request(op.id)
         n = req.num_tokens if req else len(op.prompt)
         parts.append(
             f"{counted(n, 'token')}, {counted(len(step.hashed), 'full block')} hashed, "
@@ -135,34 +146,37 @@ def describe_groups(step: Step) -> list[str]:
 def describe_connector(c: ConnectorReport) -> str:
     """One report of the KV connector (design section 10), as the scheduler made it."""
     rid = c.request_id
-    if c.kind == "lookup":
-        if c.num_external_tokens is None:
-            return f"{rid}: the connector cannot tell its hit yet (skipped this step)"
-        head = f"{rid}: local hit {counted(c.num_local_tokens, 'token')}, external {counted(c.num_external_tokens, 'token')}"
-        if c.num_external_tokens and c.load_async:
-            return head + " loaded asynchronously (WAITING_FOR_REMOTE_KVS)"
-        return head + (" loaded at once" if c.num_external_tokens else "")
-    if c.kind == "loaded":
-        return f"{rid}: remote KV " + (
-            "load FAILED" if c.failed else f"loaded ({counted(c.num_tokens, 'token')} computed)"
-        )
-    if c.kind == "failed":
-        return (
-            f"{rid}: load FAILED: {counted(c.num_tokens, 'token')} stay valid, "
-            f"{counted(len(c.evicted), 'block')} {id_ranges(c.evicted)} lost their hashes"
-        )
-    if c.kind == "cpu_store":
-        if c.failed:
+    match c:
+        case ConnectorLookup():
+            ext = c.num_external_tokens
+            if ext is None:
+                return f"{rid}: the connector cannot tell its hit yet (skipped this step)"
+            head = f"{rid}: local hit {counted(c.num_local_tokens, 'token')}, external {counted(ext, 'token')}"
+            if ext and c.load_async:
+                return head + " loaded asynchronously (WAITING_FOR_REMOTE_KVS)"
+            return head + (" loaded at once" if ext else "")
+        case ConnectorLoaded():
+            return f"{rid}: remote KV " + (
+                "load FAILED" if c.failed else f"loaded ({counted(c.num_tokens, 'token')} computed)"
+            )
+        case ConnectorLoadFailed():
+            return (
+                f"{rid}: load FAILED: {counted(c.num_tokens, 'token')} stay valid, "
+                f"{counted(len(c.evicted), 'block')} {id_ranges(c.evicted)} lost their hashes"
+            )
+        case CpuStore(refused=True):
             return f"{rid}: CPU store of {counted(len(c.hashes), 'chunk')} REFUSED (too few chunks to evict)"
-        ev = f", evicting {counted(len(c.cpu_evicted), 'CPU chunk')}" if c.cpu_evicted else ""
-        return f"{rid}: CPU store of {counted(len(c.hashes), 'chunk')}{ev}"
-    if c.kind == "cpu_load":
-        return f"{rid}: CPU load of {counted(len(c.hashes), 'chunk')} into blocks {id_ranges(c.block_ids)}"
-    if c.kind == "cpu_done":
-        return (
-            f"{rid}: CPU worker wrote {counted(len(c.hashes), 'chunk')}, loaded {counted(len(c.cpu_loaded), 'chunk')}"
-        )
-    return f"{rid}: connector {c.kind}"
+        case CpuStore():
+            ev = f", evicting {counted(len(c.cpu_evicted), 'CPU chunk')}" if c.cpu_evicted else ""
+            return f"{rid}: CPU store of {counted(len(c.hashes), 'chunk')}{ev}"
+        case CpuLoad():
+            return f"{rid}: CPU load of {counted(len(c.hashes), 'chunk')} into blocks {id_ranges(c.block_ids)}"
+        case CpuJobsDone():
+            return (
+                f"{rid}: CPU worker wrote {counted(len(c.hashes), 'chunk')}, "
+                f"loaded {counted(len(c.cpu_loaded), 'chunk')}"
+            )
+    assert_never(c)
 
 
 def describe_batch(es: EngineStepRecord) -> str:

@@ -11,7 +11,7 @@ replays to step k and renders that snapshot.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, assert_never
 
 from explorer.core.kv_cache_manager import KVCacheBlocks
 from explorer.core.metrics import CachingMetrics, PrefixCacheStats
@@ -21,6 +21,22 @@ from explorer.miss.tee import observer_of
 from explorer.request_steps import RequestSteps
 from explorer.scenario.budget import check_replay_budget
 from explorer.scenario.engine_steps import EngineStepReplay, replay_engine_steps
+from explorer.scenario.ops import (
+    Abort,
+    Admit,
+    Arrive,
+    Decode,
+    EngineArrive,
+    Finish,
+    Generate,
+    Op,
+    OpBase,
+    Preempt,
+    RequestOp,
+    Reset,
+    Sample,
+    StepOp,
+)
 from explorer.scenario.recorder import (
     GROUP_0,
     StepError,
@@ -32,7 +48,7 @@ from explorer.scenario.recorder import (
     new_manager,
 )
 from explorer.scenario.snapshot import Snapshots
-from explorer.scenario.spec import CLI_LIMITS, Limits, Op, Scenario
+from explorer.scenario.spec import CLI_LIMITS, Limits, Scenario
 from explorer.scenario.trace import HashedBlock, Snapshot, Step, Trace, with_expectations
 
 
@@ -80,7 +96,7 @@ class ScenarioEngine:
         if self.recorder is not None:
             self.recorder.clear()
         self.misses.step = op.index
-        getattr(self, f"_op_{op.op}")(op, out)
+        self._dispatch(op, out)
         misses = self.misses.take()
         events = tuple(self.manager.take_events())
         stats = self.manager.make_prefix_cache_stats()
@@ -100,18 +116,41 @@ class ScenarioEngine:
             hashed=out.get("hashed", ()),
             preempted=tuple(out.get("preempted", ())),
             hybrid=out.get("hybrid"),
-            miss=misses.get(op.id or "") if op.op == "admit" else None,
+            miss=misses.get(op.id) if isinstance(op, Admit) else None,
             **(self.recorder.records() if self.recorder is not None else {}),
         )
         return with_expectations(step)
 
+    def _dispatch(self, op: Op, out: dict[str, Any]) -> None:
+        match op:
+            case Arrive():
+                self._op_arrive(op, out)
+            case Admit():
+                self._op_admit(op, out)
+            case Sample():
+                self._op_sample(op, out)
+            case Decode():
+                self._op_decode(op, out)
+            case Generate():
+                self._op_generate(op, out)
+            case Finish():
+                self._op_finish(op, out)
+            case Preempt():
+                self._op_preempt(op, out)
+            case Reset():
+                self._op_reset(op, out)
+            case EngineArrive() | StepOp() | Abort():
+                raise self._fail(op, "op", f"`{op.op}` belongs to engine-step scenarios")
+            case _:
+                assert_never(op)
+
     # ---- helpers ---------------------------------------------------------------------------
 
-    def _fail(self, op: Op, field_name: str, msg: str) -> StepError:
+    def _fail(self, op: OpBase, field_name: str, msg: str) -> StepError:
         return StepError(f"{self.scenario.source}: {op.label}: {field_name}: {msg}")
 
-    def _live(self, op: Op) -> Request:
-        req = self.requests.get(op.id or "")
+    def _live(self, op: RequestOp) -> Request:
+        req = self.requests.get(op.id)
         if req is None:
             raise self._fail(op, "id", f"no live request {op.id!r} (it never arrived or has finished)")
         return req
@@ -119,7 +158,7 @@ class ScenarioEngine:
     def _hashed_since(self, req: Request, n_before: int) -> tuple[HashedBlock, ...]:
         return hashed_since(req, n_before, self.scenario.hash_block_size) if self.record else ()
 
-    def _check_growth(self, op: Op, req: Request, extra: int) -> None:
+    def _check_growth(self, op: RequestOp, req: Request, extra: int) -> None:
         limit = self.scenario.engine.max_model_len
         if req.num_tokens + extra > limit:
             raise self._fail(
@@ -128,7 +167,7 @@ class ScenarioEngine:
                 f"would take the request to {req.num_tokens + extra:,} tokens, past max_model_len = {limit:,}",
             )
 
-    def _need_decodable(self, op: Op) -> Request:
+    def _need_decodable(self, op: RequestOp) -> Request:
         req = self._live(op)
         if req.status != RequestStatus.RUNNING or req.num_computed_tokens < req.num_prompt_tokens:
             raise self._fail(
@@ -144,17 +183,16 @@ class ScenarioEngine:
 
     # ---- ops -------------------------------------------------------------------------------
 
-    def _op_arrive(self, op: Op, out: dict[str, Any]) -> None:
+    def _op_arrive(self, op: Arrive, out: dict[str, Any]) -> None:
         if op.id in self.requests:
             raise self._fail(op, "id", f"request {op.id!r} is already live (finish it before reusing the id)")
-        assert op.id is not None
         lora = LoRARequest(op.lora.name, op.lora.id, op.lora.path) if op.lora else None
         mm = [MultiModalFeature(m.id, m.offset, m.length) for m in op.mm]
         req = Request(op.id, op.prompt, self.hasher, lora, op.cache_salt, mm, op.prompt_logprobs)
         self.requests[req.request_id] = req
         out["hashed"] = self._hashed_since(req, 0)
 
-    def _op_admit(self, op: Op, out: dict[str, Any]) -> None:
+    def _op_admit(self, op: Admit, out: dict[str, Any]) -> None:
         req = self._live(op)
         if req.num_computed_tokens >= req.num_tokens:
             raise self._fail(
@@ -162,7 +200,6 @@ class ScenarioEngine:
                 "id",
                 f"request {op.id!r} has nothing left to compute ({req.num_tokens} of {req.num_tokens} tokens computed)",
             )
-        assert op.tokens is None or isinstance(op.tokens, int)
         admitted = self.sched.admit(req, op.tokens)
         out["hit_tokens"] = admitted.hit_tokens
         out["ok"] = admitted.ok
@@ -171,10 +208,9 @@ class ScenarioEngine:
             new_ids = None if admitted.new_blocks is None else admitted.new_blocks.get_block_ids()
             out["hybrid"] = admit_fields(self.manager, new_ids)
 
-    def _op_sample(self, op: Op, out: dict[str, Any]) -> None:
+    def _op_sample(self, op: Sample, out: dict[str, Any]) -> None:
         req = self._need_decodable(op)
         tokens = op.tokens
-        assert isinstance(tokens, tuple)
         self._check_growth(op, req, len(tokens))
         n_before = len(req.block_hashes)
         if req.request_id in self.drafts:  # the accepted drafts and a bonus token (rule 72)
@@ -184,7 +220,7 @@ class ScenarioEngine:
         out["num_sampled"] = len(tokens)
         out["hashed"] = self._hashed_since(req, n_before)
 
-    def _op_decode(self, op: Op, out: dict[str, Any]) -> None:
+    def _op_decode(self, op: Decode, out: dict[str, Any]) -> None:
         req = self._need_decodable(op)
         if req.num_tokens == req.num_computed_tokens:
             raise self._fail(op, "id", f"request {op.id!r} has no pending token to decode (sample one first)")
@@ -200,11 +236,10 @@ class ScenarioEngine:
         out["ok"] = new_blocks is not None
         out["new_block_ids"] = self._ids(new_blocks)
 
-    def _op_generate(self, op: Op, out: dict[str, Any]) -> None:
+    def _op_generate(self, op: Generate, out: dict[str, Any]) -> None:
         """Per token: compute what is pending, then sample it; the last one stays pending."""
         req = self._need_decodable(op)
         tokens = op.tokens
-        assert isinstance(tokens, tuple)
         self._check_growth(op, req, len(tokens))
         n_before = len(req.block_hashes)
         new_ids: list[int] = []
@@ -221,19 +256,19 @@ class ScenarioEngine:
         out["new_block_ids"] = new_ids
         out["hashed"] = self._hashed_since(req, n_before)
 
-    def _op_finish(self, op: Op, out: dict[str, Any]) -> None:
+    def _op_finish(self, op: Finish, out: dict[str, Any]) -> None:
         req = self._live(op)
         self.sched.finish(req)
         del self.requests[req.request_id]
 
-    def _op_preempt(self, op: Op, out: dict[str, Any]) -> None:
+    def _op_preempt(self, op: Preempt, out: dict[str, Any]) -> None:
         req = self._live(op)
         if req.status != RequestStatus.RUNNING:
             raise self._fail(op, "id", f"only a running request can be preempted; {op.id!r} is {req.status.value}")
         self.sched.preempt(req)
         out["preempted"] = [req.request_id]
 
-    def _op_reset(self, op: Op, out: dict[str, Any]) -> None:
+    def _op_reset(self, op: Reset, out: dict[str, Any]) -> None:
         ok, preempted = self.sched.reset_prefix_cache(reset_running_requests=op.running)
         self.reset_ok.append(ok)
         out["ok"] = ok

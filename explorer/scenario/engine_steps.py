@@ -14,7 +14,7 @@ recorded so far, including those whose batch has not been updated yet.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, assert_never
 
 from explorer.core.errors import SchedulingError
 from explorer.core.metrics import CachingMetrics, PrefixCacheStats
@@ -27,6 +27,31 @@ from explorer.core.sched.output import EngineCoreOutputs, KVEventCollector
 from explorer.miss.reasons import MissTracker
 from explorer.miss.tee import observer_of
 from explorer.scenario.connector import held, make_connector
+from explorer.scenario.connector_reports import (
+    ConnectorLoaded,
+    ConnectorLoadFailed,
+    ConnectorLookup,
+    ConnectorReport,
+    CpuJobsDone,
+    CpuLoad,
+    CpuStore,
+)
+from explorer.scenario.ops import (
+    Abort,
+    Admit,
+    Arrive,
+    Decode,
+    EngineArrive,
+    EngineReset,
+    Finish,
+    Generate,
+    Op,
+    OpBase,
+    Preempt,
+    Reset,
+    Sample,
+    StepOp,
+)
 from explorer.scenario.recorder import (
     GROUP_0,
     AdmissionLog,
@@ -39,16 +64,8 @@ from explorer.scenario.recorder import (
     step_fields,
 )
 from explorer.scenario.snapshot import Snapshots
-from explorer.scenario.spec import Op, Scenario
-from explorer.scenario.trace import (
-    ConnectorReport,
-    EngineStepRecord,
-    Scheduled,
-    Snapshot,
-    Step,
-    Trace,
-    with_expectations,
-)
+from explorer.scenario.spec import Scenario
+from explorer.scenario.trace import EngineStepRecord, Scheduled, Snapshot, Step, Trace, with_expectations
 
 
 class SchedRecorder(StepRecorder):
@@ -69,27 +86,24 @@ class SchedRecorder(StepRecorder):
         self.preemptions.append((request_id, reason))
 
     def on_external_lookup(self, request_id: str, num_local: int, num_external: int | None, load_async: bool) -> None:
-        self.connector.append(ConnectorReport("lookup", request_id, num_local, num_external, load_async))
+        self.connector.append(ConnectorLookup(request_id, num_local, num_external, load_async))
 
     def on_kv_load_done(self, request_id: str, num_computed_tokens: int, failed: bool) -> None:
-        self.connector.append(ConnectorReport("loaded", request_id, num_tokens=num_computed_tokens, failed=failed))
+        self.connector.append(ConnectorLoaded(request_id, num_computed_tokens, failed))
 
     def on_kv_load_failed(self, request_id: str, num_valid_tokens: int, evicted_block_ids: tuple[int, ...]) -> None:
-        report = ConnectorReport("failed", request_id, num_tokens=num_valid_tokens, evicted=evicted_block_ids)
-        self.connector.append(report)
+        self.connector.append(ConnectorLoadFailed(request_id, num_valid_tokens, evicted_block_ids))
 
     def on_cpu_store(
         self, request_id: str, hashes: tuple[bytes, ...], evicted: tuple[bytes, ...], refused: bool
     ) -> None:
-        self.connector.append(
-            ConnectorReport("cpu_store", request_id, hashes=hashes, cpu_evicted=evicted, failed=refused)
-        )
+        self.connector.append(CpuStore(request_id, hashes, evicted, refused))
 
     def on_cpu_load(self, request_id: str, hashes: tuple[bytes, ...], block_ids: tuple[int, ...]) -> None:
-        self.connector.append(ConnectorReport("cpu_load", request_id, hashes=hashes, block_ids=block_ids))
+        self.connector.append(CpuLoad(request_id, hashes, block_ids))
 
     def on_cpu_jobs_done(self, stored: tuple[bytes, ...], loaded: tuple[bytes, ...]) -> None:
-        self.connector.append(ConnectorReport("cpu_done", "", hashes=stored, cpu_loaded=loaded))
+        self.connector.append(CpuJobsDone(stored, loaded))
 
 
 class ExportedTotals:
@@ -176,7 +190,19 @@ class EngineStepReplay:
         out: dict[str, Any] = {"ok": True}
         self.misses.step = op.index
         try:
-            getattr(self, f"_op_{op.op}")(op, out)
+            match op:
+                case EngineArrive():
+                    self._op_arrive(op, out)
+                case StepOp():
+                    self._op_step(out)
+                case Abort():
+                    self._op_abort(op, out)
+                case EngineReset():
+                    self._op_reset(op, out)
+                case Arrive() | Admit() | Sample() | Decode() | Generate() | Finish() | Preempt() | Reset():
+                    raise self._fail(op, "op", f"`{op.op}` is a manager-level op")
+                case _:
+                    assert_never(op)
         except SchedulingError as e:  # what vLLM would raise on, or cannot replay: bad input
             raise self._fail(op, op.op, str(e)) from None
         step = Step(
@@ -194,11 +220,10 @@ class EngineStepReplay:
         )
         return with_expectations(step)
 
-    def _fail(self, op: Op, field_name: str, msg: str) -> StepError:
+    def _fail(self, op: OpBase, field_name: str, msg: str) -> StepError:
         return StepError(f"{self.scenario.source}: {op.label}: {field_name}: {msg}")
 
-    def _op_arrive(self, op: Op, out: dict[str, Any]) -> None:
-        assert op.id is not None and op.output is not None
+    def _op_arrive(self, op: EngineArrive, out: dict[str, Any]) -> None:
         if op.id in self.scheduler.requests:
             raise self._fail(op, "id", f"request {op.id!r} is still held by the scheduler (it has not finished)")
         if self.engine_core.in_flight(op.id):
@@ -216,7 +241,7 @@ class EngineStepReplay:
         if self.record:
             out["hashed"] = hashed_since(req, 0, self.scenario.hash_block_size)
 
-    def _op_step(self, op: Op, out: dict[str, Any]) -> None:
+    def _op_step(self, out: dict[str, Any]) -> None:
         num_batches = len(self.publisher.batches)
         result: EngineStep = self.engine_core.step_fn()
         out["events"] = tuple(e for b in self.publisher.batches[num_batches:] for e in b.events)
@@ -251,14 +276,13 @@ class EngineStepReplay:
             metrics=self.exported.expectable(self.window),
         )
 
-    def _op_abort(self, op: Op, out: dict[str, Any]) -> None:
-        assert op.id is not None
+    def _op_abort(self, op: Abort, out: dict[str, Any]) -> None:
         if op.id not in self.arrived:
             raise self._fail(op, "id", f"no request {op.id!r} has arrived")
         self.engine_core.abort_requests([op.id])
 
-    def _op_reset(self, op: Op, out: dict[str, Any]) -> None:
-        ok = self.engine_core.reset_prefix_cache(op.running, bool(op.external))
+    def _op_reset(self, op: EngineReset, out: dict[str, Any]) -> None:
+        ok = self.engine_core.reset_prefix_cache(op.running, op.external)
         self.reset_ok.append(ok)
         out["ok"] = ok
         if self.recorder is not None:  # who the reset preempted, as the scheduler reported it

@@ -12,13 +12,26 @@ Every error is a `BadInput` naming the file, the step and the field, e.g.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from explorer.core.hashing import HASH_ALGOS
 from explorer.errors import BadInput, read_user_file
 from explorer.scenario.budget import SizeBudget
+from explorer.scenario.ops import (
+    Abort,
+    Admit,
+    Decode,
+    EngineArrive,
+    EngineReset,
+    Finish,
+    Generate,
+    Op,
+    Preempt,
+    Reset,
+    Sample,
+    StepOp,
+)
 from explorer.scenario.parse_arrive import LoraRegistry, parse_arrive, parse_tokens
 from explorer.scenario.parse_connector import (
     ConnectorSpec,
@@ -48,7 +61,6 @@ from explorer.scenario.spec import (
     OPS,
     EngineConfig,
     Limits,
-    Op,
     Scenario,
     value_has_kind,
 )
@@ -147,10 +159,12 @@ def _step(
     expect = _expect(ctx, label, op, raw.get("expect", {}))
     if op == "reset":
         running = read_bool(ctx, f"{label}: running", raw.get("running", False))
-        external = read_bool(ctx, f"{label}: external", raw.get("external", False)) if engine_steps else None
-        return Op(i, op, running=running, external=external, note=note, expect=expect)
+        if engine_steps:
+            external = read_bool(ctx, f"{label}: external", raw.get("external", False))
+            return EngineReset(index=i, running=running, external=external, note=note, expect=expect)
+        return Reset(index=i, running=running, note=note, expect=expect)
     if op == "step":
-        return Op(i, op, note=note, expect=expect)
+        return StepOp(index=i, note=note, expect=expect)
     if "id" not in raw:
         raise ctx.fail(label, "id: missing request id")
     rid = read_str(ctx, f"{label}: id", rid, allow_empty=False)
@@ -161,10 +175,22 @@ def _step(
         output = parse_tokens(ctx, f"{label}: output", raw["output"], budget, "sample", rid)
         p, bs, cap = arrive.prompt, budget.engine.block_size, budget.engine.max_model_len
         ext = check_step_arrive(ctx.fail, label, raw, kv, p, output, bs, cap, arrive.prompt_logprobs)
-        return replace(arrive, output=output, ext=ext)
+        # kind_error refused `text` and `mm` above: the arrive carries neither
+        return EngineArrive(
+            index=i,
+            id=rid,
+            prompt=arrive.prompt,
+            lora=arrive.lora,
+            cache_salt=arrive.cache_salt,
+            prompt_logprobs=arrive.prompt_logprobs,
+            output=output,
+            ext=ext,
+            note=note,
+            expect=expect,
+        )
     if op == "admit":
         tokens = read_int(ctx, f"{label}: tokens", raw["tokens"], 1) if "tokens" in raw else None
-        return Op(i, op, rid, tokens=tokens, note=note, expect=expect)
+        return Admit(index=i, id=rid, tokens=tokens, note=note, expect=expect)
     if op in ("sample", "generate"):
         if "tokens" not in raw:
             raise ctx.fail(label, "tokens: missing (a token spec string or an array of ints)")
@@ -176,8 +202,18 @@ def _step(
         toks = parse_tokens(ctx, f"{label}: tokens", raw["tokens"], budget, op, rid)
         if not toks:
             raise ctx.fail(f"{label}: tokens", "no tokens")
-        return Op(i, op, rid, tokens=toks, note=note, expect=expect)
-    return Op(i, op, rid, note=note, expect=expect)
+        cls = Sample if op == "sample" else Generate
+        return cls(index=i, id=rid, tokens=toks, note=note, expect=expect)
+    return REQUEST_OPS[op](index=i, id=rid, note=note, expect=expect)
+
+
+# The ops that carry nothing but the request id.
+REQUEST_OPS: dict[str, type[Decode | Finish | Preempt | Abort]] = {
+    "decode": Decode,
+    "finish": Finish,
+    "preempt": Preempt,
+    "abort": Abort,
+}
 
 
 class StepParser:

@@ -10,8 +10,8 @@ from explorer.core.request import MultiModalFeature
 from explorer.errors import BadInput
 from explorer.extra_keys import check_extra_keys
 from explorer.scenario.budget import SizeBudget
+from explorer.scenario.ops import Arrive, LoraSpec, MMSpec
 from explorer.scenario.parse_values import Ctx, read_bool, read_int, read_str
-from explorer.scenario.spec import LoraSpec, MMSpec, Op
 from explorer.tokens import parse_token_list, spec_length
 
 
@@ -91,7 +91,7 @@ def parse_arrive(
     budget: SizeBudget,
     note: str | None,
     expect: Mapping[str, Any],
-) -> Op:
+) -> Arrive:
     has_prompt, has_text = "prompt" in raw, "text" in raw
     if has_prompt == has_text:
         raise ctx.fail(label, "prompt: give exactly one of `prompt` (token spec or ints) and `text`")
@@ -129,10 +129,9 @@ def parse_arrive(
     except BadInput as e:
         raise ctx.fail(label, str(e)) from None
     logprobs = read_bool(ctx, f"{label}: prompt_logprobs", raw.get("prompt_logprobs", False))
-    return Op(
-        i,
-        "arrive",
-        rid,
+    return Arrive(
+        index=i,
+        id=rid,
         prompt=prompt,
         text=text,
         lora=lora,

@@ -18,7 +18,7 @@ from typing import Any
 
 from explorer.core.errors import BadInput, ConfigError
 from explorer.core.sched.speculative import SPEC_METHODS, SpeculativeConfig
-from explorer.scenario.spec import Op
+from explorer.scenario.ops import Decode, EngineArrive, Op, Reset, Sample
 from explorer.scenario.step_spec import SchedSpec
 
 SPEC_KEY = "speculative"
@@ -90,12 +90,12 @@ def apply_spec_ops(
             if key in raw and speculative is None:
                 raise fail(f"{op.label}: {key}", "needs engine.speculative (speculative decoding is off)")
         if "draft_tokens" in raw:
-            assert speculative is not None
+            assert speculative is not None and isinstance(op, Decode)  # only `decode` takes the key
             n = _count(fail, f"{op.label}: draft_tokens", raw["draft_tokens"], 1, speculative.num_speculative_tokens)
             op = replace(op, draft_tokens=n)
         if "accepted" in raw:
             assert speculative is not None
-            if op.output is None:
+            if not isinstance(op, EngineArrive):
                 raise fail(
                     f"{op.label}: accepted", "only an engine-step scenario (one with a `step` op) takes this key"
                 )
@@ -103,20 +103,20 @@ def apply_spec_ops(
                 fail, f"{op.label}: accepted", raw["accepted"], speculative.num_speculative_tokens, len(op.output)
             )
             op = replace(op, accepted=accepted)
-        if op.op == "reset" and op.running:
+        if isinstance(op, Reset) and op.running:
             pending.clear()  # every running request is preempted: its drafts are gone
         elif op.id is not None and op.id in pending:
             d = pending.pop(op.id)
-            if op.op != "sample":
+            if not isinstance(op, Sample):
                 raise fail(
                     f"{op.label}: op",
                     f"request {op.id!r} is verifying {d} drafts: its next op must be `sample` (the accepted "
                     "drafts and a bonus token)",
                 )
-            n = len(op.tokens) if isinstance(op.tokens, tuple) else 0
+            n = len(op.tokens)
             if not 1 <= n <= d + 1:
                 raise fail(f"{op.label}: tokens", f"{n} tokens after a decode of {d} drafts: expected 1 to {d + 1}")
-        if op.op == "decode" and op.draft_tokens is not None and op.id is not None:
+        if isinstance(op, Decode) and op.draft_tokens is not None:
             pending[op.id] = op.draft_tokens
         out.append(op)
     return tuple(out)

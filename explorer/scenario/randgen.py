@@ -20,6 +20,7 @@ from typing import Any
 
 from explorer.core.request import RequestStatus
 from explorer.scenario.engine import ScenarioEngine
+from explorer.scenario.ops import Arrival, Generate, Sample
 from explorer.scenario.parse import StepParser, parse_scenario_dict
 from explorer.scenario.randgen_profiles import PROFILES, Profile, draw_engine, draw_groups
 from explorer.scenario.spec import ENGINE_DEFAULTS, Scenario
@@ -301,7 +302,8 @@ def scenario_tokens(scenario: Scenario) -> int:
     """Tokens a scenario pushes through the engine: prompts plus sampled / generated tokens."""
     total = 0
     for op in scenario.ops:
-        total += len(op.prompt)
-        if isinstance(op.tokens, tuple):
+        if isinstance(op, Arrival):
+            total += len(op.prompt)
+        elif isinstance(op, (Sample, Generate)):
             total += len(op.tokens)
     return total

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from explorer.core.hashing import resolve_none_hash_seed
 from explorer.core.release import DEFAULT_VLLM, VllmRelease, vllm_release
 from explorer.core.sched.speculative import SpeculativeConfig
-from explorer.scenario.parse_connector import ARRIVE_KEYS, EXPECT_STATS, ConnectorSpec, ExternalSpec
+from explorer.scenario.ops import Op
+from explorer.scenario.parse_connector import ARRIVE_KEYS, EXPECT_STATS, ConnectorSpec
 from explorer.scenario.parse_groups import GROUP_EXPECT_KEYS, GroupsSpec
 from explorer.scenario.step_spec import METRIC_EXPECT_TYPES, STEP_EXPECT_KEYS, SchedSpec
 
@@ -160,85 +161,6 @@ class EngineConfig:
 
 # The one definition of the engine defaults: EngineConfig's own (design section 3).
 ENGINE_DEFAULTS: dict[str, Any] = EngineConfig().as_dict()
-
-
-@dataclass(frozen=True)
-class LoraSpec:
-    name: str
-    id: int  # 1, 2, ... in order of first appearance in the scenario
-    path: str
-
-
-@dataclass(frozen=True)
-class MMSpec:
-    id: str
-    offset: int
-    length: int
-
-
-@dataclass(frozen=True)
-class Op:
-    """One step of a scenario, validated, with token specs expanded."""
-
-    index: int  # 0-based position in the scenario
-    op: str
-    id: str | None = None
-    prompt: tuple[int, ...] = ()
-    text: str | None = None
-    lora: LoraSpec | None = None
-    cache_salt: str | None = None
-    mm: tuple[MMSpec, ...] = ()
-    prompt_logprobs: bool = False
-    tokens: int | tuple[int, ...] | None = None  # admit: a count; sample/generate: token ids
-    running: bool = False
-    output: tuple[int, ...] | None = None  # engine-step arrive: the tokens the model samples
-    external: bool | None = None  # engine-step reset: reset_connector
-    ext: ExternalSpec | None = None  # engine-step arrive: what the static KV connector holds
-    draft_tokens: int | None = None  # decode: drafts this step verifies (design section 9)
-    accepted: tuple[int, ...] | None = None  # engine-step arrive: drafts accepted per decode step
-    note: str | None = None
-    expect: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def label(self) -> str:
-        """How messages name this step: 1-based number, op and id (a long id cut short)."""
-        who = "" if self.id is None else f" {self.id}" if len(self.id) <= 40 else f" {self.id[:40]}..."
-        return f"step {self.index + 1} ({self.op}{who})"
-
-    def normalized(self) -> dict[str, Any]:
-        """The JSON form the conformance oracle reads (every spec already expanded)."""
-        d: dict[str, Any] = {"op": self.op}
-        if self.op == "reset":
-            d["running"] = self.running
-            if self.external is not None:
-                d["external"] = self.external
-            return d
-        if self.op == "step":
-            return d
-        d["id"] = self.id
-        if self.op == "arrive":
-            d["prompt"] = list(self.prompt)
-            d["lora"] = (
-                None if self.lora is None else {"name": self.lora.name, "id": self.lora.id, "path": self.lora.path}
-            )
-            d["cache_salt"] = self.cache_salt
-            d["mm"] = [{"id": m.id, "offset": m.offset, "length": m.length} for m in self.mm]
-            d["prompt_logprobs"] = self.prompt_logprobs
-            if self.output is not None:  # engine-step arrive: no images
-                del d["mm"]
-                d["output"] = list(self.output)
-                if self.ext is not None:
-                    d.update(self.ext.as_dict())
-            if self.accepted is not None:
-                d["accepted"] = list(self.accepted)
-        elif self.op == "admit":
-            d["tokens"] = self.tokens
-        elif self.op == "decode" and self.draft_tokens is not None:
-            d["draft_tokens"] = self.draft_tokens
-        elif self.op in ("sample", "generate"):
-            assert not isinstance(self.tokens, int)
-            d["tokens"] = list(self.tokens or ())
-        return d
 
 
 @dataclass(frozen=True)

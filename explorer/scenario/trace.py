@@ -17,6 +17,7 @@ from explorer.core.hashing import external_block_hash
 from explorer.core.kv_cache_observer import AdmissionCheck, GroupLookup
 from explorer.core.sched.output import EngineCoreOutputs
 from explorer.miss.reasons import Miss
+from explorer.scenario.connector_reports import ConnectorReport
 from explorer.scenario.spec import Op, Scenario
 
 
@@ -153,32 +154,6 @@ class Scheduled:
     num_computed_tokens: int  # after scheduling, placeholders included
     is_prefill_chunk: bool
     num_placeholders: int  # async output tokens in flight
-
-
-@dataclass(frozen=True)
-class ConnectorReport:
-    """What the scheduler reported about the KV connector in a step (design section 10):
-    ``lookup`` (the local hit, the connector's offer after it, None: it cannot tell yet, and
-    whether it loads asynchronously), ``loaded`` (an async load finished: cached up to
-    ``num_tokens``, ``failed`` after invalid blocks), ``failed`` (a load reported invalid blocks:
-    ``num_tokens`` stay valid, ``evicted`` lost their hashes); with the offloading connector
-    ``cpu_store`` (a store job for ``hashes``, evicting ``cpu_evicted`` from the CPU tier, or
-    ``failed``: refused, too few chunks to evict), ``cpu_load`` (``hashes`` go into GPU blocks
-    ``block_ids``) and ``cpu_done`` (the worker's report: ``hashes`` written, ``cpu_loaded``
-    loads done)."""
-
-    kind: str  # "lookup" | "loaded" | "failed" | "cpu_store" | "cpu_load" | "cpu_done"
-    request_id: str
-    num_local_tokens: int = 0
-    num_external_tokens: int | None = 0
-    load_async: bool = False
-    num_tokens: int = 0
-    failed: bool = False
-    evicted: tuple[int, ...] = ()
-    hashes: tuple[bytes, ...] = ()
-    cpu_evicted: tuple[bytes, ...] = ()
-    cpu_loaded: tuple[bytes, ...] = ()
-    block_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from explorer.errors import BadInput
+from explorer.scenario.ops import Arrival, Arrive, EngineArrive, Generate, Op, Sample
 from explorer.scenario.spec import Scenario
 
 SESSION_BUDGET = 384 << 20  # bytes of scenarios and replays one browser session may hold
@@ -45,12 +46,15 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _labels(op: Any) -> list[tuple[str, str]]:
+def _labels(op: Op) -> list[tuple[str, str]]:
     """(what, text) of the strings an op carries that the pages draw."""
-    out = [("request id", op.id or ""), ("note", op.note or ""), ("text", op.text or "")]
-    if op.lora is not None:
-        out += [("LoRA name", op.lora.name), ("LoRA path", op.lora.path)]
-    out += [("cache salt", op.cache_salt or "")] + [("image id", m.id) for m in op.mm]
+    out = [("request id", op.id or ""), ("note", op.note or "")]
+    if isinstance(op, Arrive):
+        out += [("text", op.text or "")] + [("image id", m.id) for m in op.mm]
+    if isinstance(op, Arrival):
+        if op.lora is not None:
+            out += [("LoRA name", op.lora.name), ("LoRA path", op.lora.path)]
+        out += [("cache salt", op.cache_salt or "")]
     return out
 
 
@@ -80,10 +84,10 @@ def estimate_replay_bytes(scenario: Scenario) -> int:
     label_total = 0
     text_chars = 0
     for op in scenario.ops:
-        text_chars += len(op.note or "") + len(op.text or "")
-        if op.op == "arrive" and op.id is not None:
+        text_chars += len(op.note or "") + (len(op.text or "") if isinstance(op, Arrive) else 0)
+        if isinstance(op, Arrival):
             # An engine-step arrival is held with all the tokens it will sample (`output`).
-            n = len(op.prompt) + len(op.output or ())
+            n = len(op.prompt) + (len(op.output) if isinstance(op, EngineArrive) else 0)
             tokens += n
             live_blocks -= _cdiv(live.get(op.id, 0), bs)
             live[op.id] = n
@@ -93,7 +97,7 @@ def estimate_replay_bytes(scenario: Scenario) -> int:
             label_total -= label_chars.get(op.id, 0)
             label_chars[op.id] = keys * (_cdiv(n, bs) + 1) + len(op.id)
             label_total += label_chars[op.id]
-        elif op.op in ("sample", "generate") and op.id in live and isinstance(op.tokens, tuple):
+        elif isinstance(op, (Sample, Generate)) and op.id in live:
             old = live[op.id]
             live[op.id] = old + len(op.tokens)
             tokens += len(op.tokens)

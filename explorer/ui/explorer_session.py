@@ -16,6 +16,7 @@ import secrets
 import streamlit as st
 
 from explorer.errors import BadInput
+from explorer.scenario.ops import Arrive, EngineArrive, Generate, Op, Sample
 from explorer.scenario.spec import Scenario
 from explorer.ui.budget import PER_TOKEN, ReplayCache, check_budget, release_cache
 from explorer.ui.state import (
@@ -112,14 +113,19 @@ def replay_cache() -> ReplayCache:
     return _session_cache(token)
 
 
+def _op_tokens(op: Op) -> int:
+    match op:
+        case EngineArrive():
+            return len(op.prompt) + len(op.output)
+        case Arrive():
+            return len(op.prompt)
+        case Sample() | Generate():
+            return len(op.tokens)
+    return 0
+
+
 def _scenario_cost(sc: Scenario) -> int:
-    return (
-        sum(
-            len(op.prompt) + len(op.output or ()) + (len(op.tokens) if isinstance(op.tokens, tuple) else 0)
-            for op in sc.ops
-        )
-        * PER_TOKEN
-    )
+    return sum(map(_op_tokens, sc.ops)) * PER_TOKEN
 
 
 def base_scenario(view: ViewState) -> Scenario:

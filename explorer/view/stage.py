@@ -16,6 +16,7 @@ from typing import Any
 from markupsafe import Markup
 
 from explorer.errors import BadInput
+from explorer.scenario.ops import Arrive
 from explorer.scenario.trace import Trace
 from explorer.view.history import block_history, changed_blocks, holders_by_step
 from explorer.view.html import columns, trusted
@@ -142,11 +143,12 @@ def snippets(trace: Trace) -> dict[int, dict[int, str]]:
 
     out: dict[int, dict[int, str]] = {}
     for k, step in enumerate(trace.steps, start=1):
-        if step.op.op != "arrive" or not step.op.text or not step.hashed:
+        op = step.op
+        if not isinstance(op, Arrive) or not op.text or not step.hashed:
             continue
         cards = list(step.hashed[:20]) + list(step.hashed[-4:])
         try:
-            out[k] = {hb.index: "".join(token_strings(step.op.prompt[hb.start : hb.end])) for hb in cards}
+            out[k] = {hb.index: "".join(token_strings(op.prompt[hb.start : hb.end])) for hb in cards}
         except BadInput:
             return {}
     return out

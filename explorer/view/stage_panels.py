@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from markupsafe import Markup
 
+from explorer.scenario.ops import Arrival
 from explorer.scenario.trace import Step, Trace
 from explorer.view import lesson_checks
 from explorer.view.explain import engine_step
@@ -114,7 +115,7 @@ def _manager_panels(trace: Trace, k: int, changed: set[int], snippets: dict[int,
         body: Markup | str = ""
         if p.key == "hashing" and eng.enable_prefix_caching:
             req = after.request(step.op.id or "") or before.request(step.op.id or "")
-            n = len(step.op.prompt) if step.op.op == "arrive" else (req.num_tokens if req else 0)
+            n = len(step.op.prompt) if isinstance(step.op, Arrival) else (req.num_tokens if req else 0)
             parent = None
             if step.hashed and step.hashed[0].index > 0 and req is not None:
                 parent = req.block_hashes[step.hashed[0].index - 1]

@@ -16,7 +16,8 @@ connector or its CPU manager would do:
 from __future__ import annotations
 
 from explorer.numbers import counted
-from explorer.scenario.trace import ConnectorReport, Snapshot
+from explorer.scenario.connector_reports import ConnectorReport, CpuJobsDone, CpuLoad, CpuStore
+from explorer.scenario.trace import Snapshot
 from explorer.viz.text import esc
 
 MAX_CHUNKS = 64  # chunks drawn in the tier row; the rest are counted
@@ -35,21 +36,21 @@ def _hashes(hashes: tuple[bytes, ...]) -> str:
 def jobs_html(reports: tuple[ConnectorReport, ...]) -> str:
     """The step's store and load jobs and the worker's report, as the connector told them."""
     rows = []
-    for r in [r for r in reports if r.kind in ("cpu_store", "cpu_load", "cpu_done")][:MAX_ROWS]:
+    for r in [r for r in reports if isinstance(r, (CpuStore, CpuLoad, CpuJobsDone))][:MAX_ROWS]:
         rid = esc(r.request_id, 24)
-        if r.kind == "cpu_store" and r.failed:
+        if isinstance(r, CpuStore) and r.refused:
             rows.append(
                 f'<div class="px-xt-row px-xt-failed" data-px-cpu-refused="{esc(r.request_id)}"><b>{rid}</b>: '
                 f"a store of {counted(len(r.hashes), 'block')} is refused: the CPU tier cannot evict enough "
                 "(it tries again at the request's next step)</div>"
             )
-        elif r.kind == "cpu_store":
+        elif isinstance(r, CpuStore):
             evicted = f"; evicting the least recently used {_hashes(r.cpu_evicted)}" if r.cpu_evicted else ""
             rows.append(
                 f'<div class="px-xt-row" data-px-cpu-store="{esc(r.request_id)}"><b>{rid}</b>: store job '
                 f"for {counted(len(r.hashes), 'block')} to the CPU tier ({_hashes(r.hashes)}){evicted}</div>"
             )
-        elif r.kind == "cpu_load":
+        elif isinstance(r, CpuLoad):
             pairs = ", ".join(f"{_h(h)} → #{b}" for h, b in list(zip(r.hashes, r.block_ids))[:MAX_CHUNKS])
             rows.append(
                 f'<div class="px-xt-row" data-px-cpu-load="{esc(r.request_id)}"><b>{rid}</b>: load job from '
@@ -70,8 +71,8 @@ def tier_html(reports: tuple[ConnectorReport, ...], after: Snapshot, cpu_blocks:
     tier = after.cpu_tier
     if tier is None:
         return ""
-    stored = {h for r in reports if r.kind == "cpu_store" and not r.failed for h in r.hashes}
-    loaded = {h for r in reports if r.kind == "cpu_load" for h in r.hashes}
+    stored = {h for r in reports if isinstance(r, CpuStore) and not r.refused for h in r.hashes}
+    loaded = {h for r in reports if isinstance(r, CpuLoad) for h in r.hashes}
     on_gpu = {h for h, _ in after.cached}
     chips = []
     for h, chunk_id, ref_cnt in tier[:MAX_CHUNKS]:

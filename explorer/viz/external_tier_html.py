@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from explorer.numbers import counted
-from explorer.scenario.trace import ConnectorReport, Snapshot
+from explorer.scenario.connector_reports import ConnectorLoaded, ConnectorLoadFailed, ConnectorLookup, ConnectorReport
+from explorer.scenario.trace import Snapshot
 from explorer.viz.chips import chip
 from explorer.viz.text import esc
 
@@ -51,7 +52,7 @@ def lookup_rows_html(
     before this step's update appended any; the stats count a lookup only once its allocation
     succeeds (``allocated``: update_state_after_alloc's requests)."""
     rows = []
-    lookups = [r for r in reports if r.kind == "lookup"]
+    lookups = [r for r in reports if isinstance(r, ConnectorLookup)]
     for r in lookups[:MAX_ROWS]:
         req = before.request(r.request_id) or after.request(r.request_id)
         n = req.num_tokens if req is not None else 0
@@ -103,7 +104,7 @@ def waiting_html(after: Snapshot) -> str:
 def loads_html(reports: tuple[ConnectorReport, ...], num_block_stored: int) -> str:
     rows = []
     for r in reports:
-        if r.kind == "loaded":
+        if isinstance(r, ConnectorLoaded):
             what = (
                 f"after a failed load only the valid prefix, {counted(r.num_tokens, 'token')}, is kept"
                 if r.failed
@@ -113,7 +114,7 @@ def loads_html(reports: tuple[ConnectorReport, ...], num_block_stored: int) -> s
                 f'<div class="px-xt-row" data-px-xt-loaded="{esc(r.request_id)}"><b>{esc(r.request_id, 24)}</b>: '
                 f"the load finished; {what} (BlockStored in this batch: {num_block_stored})</div>"
             )
-        elif r.kind == "failed":
+        elif isinstance(r, ConnectorLoadFailed):
             ev = ", ".join(f"#{b}" for b in r.evicted[:MAX_CHIPS])
             evicted = f"; blocks {ev} lost their hashes (one BlockRemoved each)" if r.evicted else "; no hash evicted"
             rows.append(

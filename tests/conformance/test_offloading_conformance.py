@@ -19,6 +19,7 @@ from collections import Counter
 import pytest
 
 from explorer.scenario.engine import replay
+from explorer.scenario.ops import EngineReset
 from explorer.scenario.parse import load_scenario, parse_scenario_dict
 from tests.conformance.engine_step_scenarios import random_offloading_raw_scenario, under_both_schedulers
 from tests.conformance.oracle import at_release, compare, refusal
@@ -80,10 +81,10 @@ def test_random_offloading_scenarios_match_vllm(vllm_sched_oracle):
                 elif report.kind == "cpu_load":
                     seen["cpu_load"] += 1
                 elif report.kind == "cpu_store":
-                    seen["store_refused" if report.failed else "cpu_store"] += 1
+                    seen["store_refused" if report.refused else "cpu_store"] += 1
                     seen["cpu_evicted"] += bool(report.cpu_evicted)
             seen["cpu_events"] += sum(getattr(e, "medium", None) == "CPU" for e in step.events)
-        seen["reset_external"] += sum(op.op == "reset" and bool(op.external) for op in sc.ops)
+        seen["reset_external"] += sum(isinstance(op, EngineReset) and op.external for op in sc.ops)
     assert differing == {}, f"{len(differing)} of {len(scs)} scenarios differ: {differing}"
     for what in (
         "lookup_none",

@@ -10,7 +10,8 @@ from explorer.events.stream import KVEventStream
 from explorer.events.wire import live_frames
 from explorer.router.policy import PrefixRouter
 from explorer.scenario.engine import ScenarioEngine
-from explorer.scenario.spec import EngineConfig, Op, Scenario
+from explorer.scenario.ops import Admit, Arrive, Finish
+from explorer.scenario.spec import EngineConfig, Scenario
 
 
 def router(bs=4, **kw) -> PrefixRouter:
@@ -75,7 +76,7 @@ def test_router_hashes_match_an_engines_published_events():
     prompt = tuple(range(100, 150))  # 3 full blocks of 16 + 2 tokens
     eng = ScenarioEngine(Scenario("t", EngineConfig(num_blocks=20), ()), record=False)
     events = []
-    for _i, op in enumerate([Op(0, "arrive", id="a", prompt=prompt), Op(1, "admit", id="a"), Op(2, "finish", id="a")]):
+    for _i, op in enumerate([Arrive(index=0, id="a", prompt=prompt), Admit(index=1, id="a"), Finish(index=2, id="a")]):
         events += eng.apply(op).events
     stream = KVEventStream()
     stream.feed_live(live_frames(b"instance-0", 0, encode_batch(KVEventBatch(1.0, events, 0))), now=0.0)
@@ -86,5 +87,5 @@ def test_router_hashes_match_an_engines_published_events():
     assert set(keys[:3]) == set(view)
     assert r.match(keys, view, cap) == 3
     # the same request arriving again hits exactly that
-    step = [eng.apply(Op(3, "arrive", id="b", prompt=prompt)), eng.apply(Op(4, "admit", id="b"))][-1]
+    step = [eng.apply(Arrive(index=3, id="b", prompt=prompt)), eng.apply(Admit(index=4, id="b"))][-1]
     assert step.hit_tokens == 3 * 16

@@ -75,7 +75,7 @@ def test_a_request_larger_than_the_cpu_tier_is_not_stored():
     trace = replay(load_scenario(GOLDEN / "offloading_larger_than_cpu_tier.toml"))
     assert trace.expect_failures == []
     refused = [c for s in trace.steps if s.engine_step for c in s.engine_step.connector if c.kind == "cpu_store"]
-    assert [(c.request_id, c.failed) for c in refused][:4] == [("A", True), ("A", True), ("A", True), ("C", False)]
+    assert [(c.request_id, c.refused) for c in refused][:4] == [("A", True), ("A", True), ("A", True), ("C", False)]
     assert len(trace.final.cpu_tier) == 3
 
 

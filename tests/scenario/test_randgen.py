@@ -8,6 +8,7 @@ import pytest
 
 from explorer.bench import bench_scenario, time_ours
 from explorer.scenario.engine import replay
+from explorer.scenario.ops import Admit, Arrive, Reset
 from explorer.scenario.parse import parse_scenario_dict, parse_scenario_text
 from explorer.scenario.randgen import PROFILES, random_scenario, scenario_tokens
 from explorer.scenario.write import scenario_to_toml
@@ -94,7 +95,7 @@ def test_features_are_covered(generated):
                         if before.num_computed_tokens >= before.num_prompt_tokens
                         else "admit next chunk"
                     )
-            if op.op == "arrive":
+            if isinstance(op, Arrive):
                 if op.id in finished:
                     flags.add("reused id")
                 if op.lora:
@@ -109,13 +110,13 @@ def test_features_are_covered(generated):
                         flags.add("image spanning blocks")
             if op.op == "finish":
                 finished.add(op.id)
-            if op.op == "admit" and op.tokens is not None:
+            if isinstance(op, Admit) and op.tokens is not None:
                 flags.add("chunked admit")
             if op.op in ("admit", "decode", "generate") and not step.ok:
                 flags.add("failed allocation")
             if op.op == "admit" and step.hit_tokens:
                 flags.add("hit")
-            if op.op == "reset":
+            if isinstance(op, Reset):
                 flags.add(("reset", op.running, step.ok))
             if step.preempted and op.op == "reset":
                 flags.add("reset preempted running")

@@ -294,7 +294,7 @@ def check_cpu(c: Checks, trace: Trace, k: int) -> None:
     where = (k, t)
     tier_b = {h: ref for h, _, ref in before.cpu_tier or ()}
     tier_a = {h: ref for h, _, ref in after.cpu_tier}
-    stores = [r for r in es.connector if r.kind == "cpu_store" and not r.failed]
+    stores = [r for r in es.connector if r.kind == "cpu_store" and not r.refused]
     said_stored = said_evicted = 0
     for (n,) in c.each(r"store job for " + N + r" blocks? to the CPU tier", t):
         said_stored += n
@@ -302,7 +302,7 @@ def check_cpu(c: Checks, trace: Trace, k: int) -> None:
         c.eq(
             "cpu: a store of N blocks is refused",
             n,
-            len(next(r for r in es.connector if r.kind == "cpu_store" and r.failed).hashes),
+            len(next(r for r in es.connector if r.kind == "cpu_store" and r.refused).hashes),
             where,
         )
     if stores:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from explorer.core.kv_cache_observer import AdmissionCheck
+from explorer.scenario.ops import Abort, EngineArrive, Reset
 from explorer.scenario.trace import Step, Trace
 from explorer.view.explain import step as manager_step
 from explorer.view.explain.records import PANEL_TITLES, Now, Panel, panels_in_order
@@ -76,9 +77,9 @@ def now(trace: Trace, k: int) -> Now:
     sc = trace.scenario
     assert sc.sched is not None
     rid = op.id or ""
-    if op.op == "arrive":
+    if isinstance(op, EngineArrive):
         n = len(op.prompt)
-        out = len(op.output or ())
+        out = len(op.output)
         bs = sc.hash_block_size  # the hasher's unit (hybrid groups: their sizes' GCD)
         # a KV connector gets block hashes even without prefix caching (vLLM builds the hasher for it)
         hashed = f", {blocks_text(len(step.hashed))} hashed" if sc.engine.enable_prefix_caching or step.hashed else ""
@@ -90,7 +91,7 @@ def now(trace: Trace, k: int) -> Now:
                 "add_request puts it in the waiting queue: it gets blocks only when a step schedules it.",
             ),
         )
-    if op.op == "abort":
+    if isinstance(op, Abort):
         freed = len(step.freed)
         return Now(
             f"abort {rid}",
@@ -102,7 +103,7 @@ def now(trace: Trace, k: int) -> Now:
                 "Its KV events, if any, are published with the next step's update.",
             ),
         )
-    if op.op == "reset":
+    if isinstance(op, Reset):
         s = []
         if step.preempted:
             s.append(f"First the running requests are preempted, the last first: {', '.join(step.preempted)}.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from explorer.scenario.ops import Admit, Reset
 from explorer.scenario.trace import Trace
 from explorer.view.explain.records import PANEL_TITLES, Panel
 from explorer.view.explain.refs import REFS
@@ -23,7 +24,7 @@ def allocate_panel(trace: Trace, k: int) -> Panel | None:
         REFS["get_new_blocks"],
     )
     s: list[str] = []
-    if op.op == "admit":
+    if isinstance(op, Admit):
         a = step.admissions[0]
         verdict = "<=" if a.ok else ">"
         s.append(
@@ -184,7 +185,7 @@ def free_panel(trace: Trace, k: int) -> Panel | None:
 def eviction_panel(trace: Trace, k: int) -> Panel | None:
     step = trace.steps[k - 1]
     op = step.op
-    if op.op == "reset":
+    if isinstance(op, Reset):
         prev = trace.snapshot_at(k - 1)
         refs = (REFS["reset"],) + ((REFS["reset_running"],) if op.running else ())
         if step.ok:

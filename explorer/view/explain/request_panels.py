@@ -3,6 +3,7 @@ longest cached prefix)."""
 
 from __future__ import annotations
 
+from explorer.scenario.ops import Arrival, Arrive
 from explorer.scenario.trace import Step, Trace
 from explorer.view.explain.records import PANEL_TITLES, Panel
 from explorer.view.explain.refs import REFS
@@ -11,6 +12,8 @@ from explorer.view.explain.words import blocks_text, counted, ids_text, request_
 
 def _extra_sentence(step: Step) -> str | None:
     op = step.op
+    if not isinstance(op, Arrival):
+        return None
     parts = []
     if op.lora is not None:
         parts.append(
@@ -20,7 +23,7 @@ def _extra_sentence(step: Step) -> str | None:
         parts.append(
             f"cache_salt {op.cache_salt!r} is an extra key of block 0 only, and since every later hash chains through block 0 the whole chain differs from an unsalted one"
         )
-    for m in op.mm:
+    for m in op.mm if isinstance(op, Arrive) else ():
         touched = [h.index for h in step.hashed if h.start < m.offset + m.length and m.offset < h.end]
         where = f"block{'s' if len(touched) != 1 else ''} {ids_text(touched)}" if touched else "no full block"
         parts.append(f"image {m.id!r} (tokens {m.offset}-{m.offset + m.length - 1}) is an extra key of {where}")
@@ -36,7 +39,7 @@ def hashing_panel(trace: Trace, k: int) -> Panel | None:
     eng = trace.scenario.engine
     bs = trace.scenario.hash_block_size  # the hasher's unit (hybrid groups: their sizes' GCD)
     refs_arrive = (REFS["request_init"], REFS["block_hasher"], REFS["hash_block_tokens"])
-    if op.op == "arrive":
+    if isinstance(op, Arrival):
         n = len(op.prompt)
         full = n // bs
         if not eng.enable_prefix_caching and not step.hashed:

@@ -7,6 +7,7 @@ and tests read it. Each panel names the vLLM function and its file:line in relea
 
 from __future__ import annotations
 
+from explorer.scenario.ops import Arrival, Arrive, Generate, Reset, Sample
 from explorer.scenario.trace import Trace
 from explorer.view.explain.pool_panels import allocate_panel, caching_panel, eviction_panel, free_panel
 from explorer.view.explain.records import Now, Panel, panels_in_order
@@ -49,10 +50,15 @@ def now(trace: Trace, k: int) -> Now:
     snap = trace.snapshot_at(k)
     prev = trace.snapshot_at(k - 1)
     rid = op.id
-    headline = f"{op.op} {rid}" if rid is not None else ("reset (running = true)" if op.running else "reset")
+    headline = (
+        f"{op.op} {rid}"
+        if rid is not None
+        else ("reset (running = true)" if isinstance(op, Reset) and op.running else "reset")
+    )
     new = len(new_blocks(step))
-    if op.op == "arrive":
+    if isinstance(op, Arrival):
         n = len(op.prompt)
+        typed = isinstance(op, Arrive) and bool(op.text)
         bs = trace.scenario.hash_block_size  # the hasher's unit (hybrid groups: their sizes' GCD)
         full = n // bs if trace.scenario.engine.enable_prefix_caching else 0
         unit = f" of {bs} tokens" if bs != trace.scenario.engine.block_size else ""
@@ -60,7 +66,7 @@ def now(trace: Trace, k: int) -> Now:
         s = [
             f"{rid} arrives with {counted(n, 'token')}"
             + (
-                f" ({op.text and 'typed text, ' or ''}{blocks_text(full)}{unit} hashed, {tail_words(n, bs)})."
+                f" ({'typed text, ' if typed else ''}{blocks_text(full)}{unit} hashed, {tail_words(n, bs)})."
                 if trace.scenario.engine.enable_prefix_caching
                 else "; prefix caching is off, so it gets no block hashes."
             )
@@ -97,7 +103,7 @@ def now(trace: Trace, k: int) -> Now:
             )
     elif op.op in ("generate", "decode"):
         refs = (REFS["allocate_slots"],) + ((REFS["append_output"],) if op.op == "generate" else ())
-        asked = len(op.tokens) if isinstance(op.tokens, tuple) else 0
+        asked = len(op.tokens) if isinstance(op, Generate) else 0
         got = step.num_sampled or 0
         what = (
             (
@@ -115,9 +121,9 @@ def now(trace: Trace, k: int) -> Now:
             s.append("An allocation found no free block, so the op stopped there.")
         elif op.op == "generate":
             s.append("The last sampled token stays pending: a request's final token is never computed.")
-    elif op.op == "sample":
+    elif isinstance(op, Sample):
         refs = (REFS["append_output"],)
-        toks = len(op.tokens) if isinstance(op.tokens, tuple) else 0
+        toks = len(op.tokens)
         made = len(step.hashed)
         s = [
             f"{rid} samples {counted(toks, 'token')}; they are not computed yet, so the pool does not change"
