@@ -134,8 +134,6 @@ class KVCacheManager:
             release=release,
         )
         self.prefix_cache_stats: PrefixCacheStats | None = PrefixCacheStats() if log_stats else None
-        # Hybrid lookups as decided (each group's own hit, the fixed point), until taken.
-        self.group_lookups: list[GroupLookup] = []
 
     @property
     def usage(self) -> float:
@@ -165,9 +163,9 @@ class KVCacheManager:
                     else "prompt_logprobs: every prompt token must be computed"
                 )
                 self.observer.on_lookup_skipped(request.request_id, request.num_tokens, reason)
-            if self.hybrid:
+            if self.hybrid and self.observer is not None:
                 n = self.coordinator.num_groups
-                self._log_lookup(GroupLookup(request.request_id, (0,) * n, (), 0, 0, 0))
+                self.observer.on_group_lookup(GroupLookup(request.request_id, (0,) * n, (), 0, 0, 0))
             return self.empty_blocks(), 0, 0
         max_cache_hit_length = request.num_tokens - 1
         coordinator = self.coordinator
@@ -179,11 +177,11 @@ class KVCacheManager:
         shared_prefix_boundary = num_hit_tokens + num_uncached if num_uncached else 0
         if self.observer is not None:
             self.observer.on_lookup(request.request_id, request.num_tokens, max_cache_hit_length, num_hit_tokens)
-        if self.hybrid:
+        if self.hybrid and self.observer is not None:  # explanation only: each group's own hit
             per_group = coordinator.find_longest_cache_hit_per_group(request.block_hashes, max_cache_hit_length)
             calls, passes = coordinator.last_calls, coordinator.last_num_passes
             lookup = GroupLookup(request.request_id, per_group, calls, passes, num_hit_tokens, shared_prefix_boundary)
-            self._log_lookup(lookup)
+            self.observer.on_group_lookup(lookup)
         return KVCacheBlocks(hits), num_hit_tokens, shared_prefix_boundary
 
     def _report_lookup_blocks(self, request: Request) -> None:
@@ -202,16 +200,6 @@ class KVCacheManager:
         if request.has_extra_keys:  # few requests have them: the second chain costs the rest nothing
             plain = tuple(request.block_hashes_without_extra_keys())
             self.observer.on_lookup_without_extra_keys(request.request_id, group_ids[0], plain, held(plain))
-
-    def _log_lookup(self, lookup: GroupLookup) -> None:
-        self.group_lookups.append(lookup)
-        if self.observer is not None:
-            self.observer.on_group_lookup(lookup)
-
-    def take_group_lookups(self) -> list[GroupLookup]:
-        """The hybrid lookups made since the last call (none without ``kv_cache_groups``)."""
-        out, self.group_lookups = self.group_lookups, []
-        return out
 
     # ---- allocation ------------------------------------------------------------------------
 

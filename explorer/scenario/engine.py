@@ -39,6 +39,7 @@ from explorer.scenario.ops import (
 )
 from explorer.scenario.recorder import (
     GROUP_0,
+    HybridLog,
     StepError,
     StepRecorder,
     admit_fields,
@@ -67,9 +68,10 @@ class ScenarioEngine:
         self.recorder = StepRecorder(groups.groups[0].block_size if groups else cfg.block_size) if record else None
         spec = scenario.speculative
         self.misses = MissTracker(scenario.hash_block_size)
+        self.hybrid_log = HybridLog() if groups is not None else None
         self.manager = new_manager(
             cfg,
-            observer_of(self.recorder, self.misses),
+            observer_of(self.recorder, self.misses, self.hybrid_log),
             groups,
             speculative=spec,
             num_hash_lookahead_tokens=la,
@@ -204,9 +206,9 @@ class ScenarioEngine:
         out["hit_tokens"] = admitted.hit_tokens
         out["ok"] = admitted.ok
         out["new_block_ids"] = self._ids(admitted.new_blocks)
-        if self.scenario.groups is not None:
+        if self.hybrid_log is not None:
             new_ids = None if admitted.new_blocks is None else admitted.new_blocks.get_block_ids()
-            out["hybrid"] = admit_fields(self.manager, new_ids)
+            out["hybrid"] = admit_fields(self.manager, self.hybrid_log, new_ids)
 
     def _op_sample(self, op: Sample, out: dict[str, Any]) -> None:
         req = self._need_decodable(op)

@@ -54,7 +54,7 @@ from explorer.scenario.ops import (
 )
 from explorer.scenario.recorder import (
     GROUP_0,
-    AdmissionLog,
+    HybridLog,
     StepError,
     StepRecorder,
     block_hasher,
@@ -158,8 +158,8 @@ class EngineStepReplay:
         # vLLM's max_in_flight_tokens: one budget per concurrent batch (2 with async scheduling)
         in_flight = (2 if s.scheduler == "async" else 1) * s.max_num_batched_tokens
         self.misses = MissTracker(scenario.hash_block_size)
-        self.admissions = AdmissionLog() if groups is not None else None
-        observer = observer_of(self.recorder, self.misses, self.admissions)
+        self.hybrid_log = HybridLog() if groups is not None else None
+        observer = observer_of(self.recorder, self.misses, self.hybrid_log)
         self.manager = new_manager(cfg, observer, groups, in_flight, scenario.speculative, la, scenario.release)
         config = SchedulerConfig(
             s.max_num_batched_tokens,
@@ -258,8 +258,8 @@ class EngineStepReplay:
         if outs is not None:
             self.exported.add(outs)
         rec = self.recorder
-        if self.admissions is not None:
-            out["hybrid"] = step_fields(self.manager, self.admissions)
+        if self.hybrid_log is not None:
+            out["hybrid"] = step_fields(self.manager, self.hybrid_log)
         out["preempted"] = () if scheduled is None else tuple(scheduled.preempted_reqs)
         out["engine_step"] = EngineStepRecord(
             scheduled={} if scheduled is None else dict(scheduled.num_scheduled_tokens),

@@ -223,11 +223,33 @@ def new_manager(
     )
 
 
-def admit_fields(manager: KVCacheManager, new_block_ids: tuple[list[int], ...] | None) -> dict[str, Any]:
+class HybridLog(KVCacheObserver):
+    """The hybrid lookups and the waiting pass's allocations, as the core reported them since
+    the last take: the hybrid JSON fields (design section 8), which a lean replay writes too."""
+
+    def __init__(self) -> None:
+        self.lookups: list[GroupLookup] = []
+        self.allocations: list[tuple[str, tuple[list[int], ...] | None]] = []
+
+    def on_group_lookup(self, lookup: GroupLookup) -> None:
+        self.lookups.append(lookup)
+
+    def on_admission_allocated(self, request_id: str, block_ids: tuple[list[int], ...] | None) -> None:
+        self.allocations.append((request_id, block_ids))
+
+    def take(self) -> tuple[list[GroupLookup], list[tuple[str, tuple[list[int], ...] | None]]]:
+        out = self.lookups, self.allocations
+        self.lookups, self.allocations = [], []
+        return out
+
+
+def admit_fields(
+    manager: KVCacheManager, log: HybridLog, new_block_ids: tuple[list[int], ...] | None
+) -> dict[str, Any]:
     """An `admit`'s hybrid fields (design section 8), from what the manager reported: each
     group's own hit and the boundary of its lookup (zeros for a later chunk, which has none),
     and the new blocks per group (an empty list each when allocate_slots found no room)."""
-    lookups = manager.take_group_lookups()
+    lookups, _ = log.take()
     n = manager.coordinator.num_groups
     last = lookups[-1] if lookups else None
     return {
@@ -237,30 +259,15 @@ def admit_fields(manager: KVCacheManager, new_block_ids: tuple[list[int], ...] |
     }
 
 
-class AdmissionLog(KVCacheObserver):
-    """The waiting pass's allocations of an engine step, as the scheduler reported them: the
-    hybrid JSON's ``new_block_ids_by_group`` (design section 8)."""
-
-    def __init__(self) -> None:
-        self.admissions: list[tuple[str, tuple[list[int], ...] | None]] = []
-
-    def on_admission_allocated(self, request_id: str, block_ids: tuple[list[int], ...] | None) -> None:
-        self.admissions.append((request_id, block_ids))
-
-    def take(self) -> list[tuple[str, tuple[list[int], ...] | None]]:
-        out, self.admissions = self.admissions, []
-        return out
-
-
-def step_fields(manager: KVCacheManager, admissions: AdmissionLog) -> dict[str, Any]:
+def step_fields(manager: KVCacheManager, log: HybridLog) -> dict[str, Any]:
     """A `step`'s hybrid fields: maps keyed by request id, for the lookups and the
     waiting-queue admissions the scheduler made in it."""
     n = manager.coordinator.num_groups
-    lookups = manager.take_group_lookups()
+    lookups, allocations = log.take()
     return {
         "group_hit_tokens": {g.request_id: list(g.group_hit_tokens) for g in lookups},
         "shared_prefix_boundary": {g.request_id: g.shared_prefix_boundary for g in lookups},
         "new_block_ids_by_group": {
-            rid: [list(g) for g in ids] if ids else [[] for _ in range(n)] for rid, ids in admissions.take()
+            rid: [list(g) for g in ids] if ids else [[] for _ in range(n)] for rid, ids in allocations
         },
     }

@@ -29,6 +29,7 @@ from explorer.scenario.randgen import random_scenario
 from tests.conformance.engine_step_scenarios import random_raw_scenario, under_both_schedulers
 from tests.conformance.oracle import at_release, compare, seeds_for
 from tests.conformance.test_conformance import _report, results_beside_vllm
+from tests.core.test_hybrid import GroupLookups
 
 pytestmark = pytest.mark.conformance
 
@@ -39,6 +40,8 @@ def _ours_vectors() -> dict:
     ctx = init_none_hash("sha256")
     hasher = get_request_block_hasher(16, ctx)
 
+    lookups = GroupLookups()
+
     def manager(windows, use_eagle=False):
         groups = [full_attention(16), *(sliding_window(16, w) for w in windows)]
         return KVCacheManager(
@@ -48,6 +51,7 @@ def _ours_vectors() -> dict:
             kv_cache_groups=groups,
             prefix_cache_retention_interval=None,
             use_eagle=use_eagle,
+            observer=lookups,
         )
 
     out: dict = {}
@@ -60,10 +64,10 @@ def _ours_vectors() -> dict:
         blk = pool.blocks[bid]
         pool.cached_block_hash_to_block.pop(blk.block_hash, bid)
         blk.reset_hash()
-    mgr.take_group_lookups()
+    lookups.take()
     q = Request("Q", [*range(140), *range(1000, 1020)], hasher)
     blocks, hit, spb = mgr.get_computed_blocks(q)
-    (lookup,) = mgr.take_group_lookups()
+    (lookup,) = lookups.take()
     calls = [[c.sliding_window, c.max_length, c.hit_tokens] for c in lookup.calls]
     out["rule64"] = {"calls": calls, "hit": hit, "spb": spb, "blocks": [list(g) for g in blocks.get_block_ids()]}
     for use_eagle in (True, False):

@@ -17,10 +17,25 @@ from explorer.core.kv_cache_observer import KVCacheObserver
 from explorer.core.kv_cache_utils import get_request_block_hasher
 from explorer.core.request import Request
 from explorer.core.sliding_window_manager import SlidingWindowManager
+from explorer.miss.tee import observer_of
 from explorer.request_steps import RequestSteps
 from tests.core.invariants import EventMirror, check_invariants
 
 FA_SWA32 = [full_attention(16), sliding_window(16, 32)]
+
+
+class GroupLookups(KVCacheObserver):
+    """The hybrid lookups the manager reports, until taken."""
+
+    def __init__(self):
+        self.lookups = []
+
+    def on_group_lookup(self, lookup):
+        self.lookups.append(lookup)
+
+    def take(self):
+        out, self.lookups = self.lookups, []
+        return out
 
 
 class Hybrid:
@@ -28,6 +43,7 @@ class Hybrid:
 
     def __init__(self, groups, ri=0, num_blocks=64, use_eagle=False, hash_block_size=None, observer=None):
         ctx = init_none_hash("sha256")
+        self.lookups = GroupLookups()
         self.mgr = KVCacheManager(
             num_blocks,
             enable_kv_cache_events=True,
@@ -35,7 +51,7 @@ class Hybrid:
             prefix_cache_retention_interval=ri,
             use_eagle=use_eagle,
             hash_block_size=hash_block_size,
-            observer=observer,
+            observer=observer_of(self.lookups, observer),
         )
         self.hasher = get_request_block_hasher(self.mgr.hash_block_size, ctx)
         self.steps = RequestSteps(self.mgr)
@@ -52,7 +68,7 @@ class Hybrid:
     def admit(self, rid, tokens):
         r = self.live[rid] = Request(rid, list(tokens), self.hasher)
         a = self.steps.admit(r)
-        (lookup,) = self.mgr.take_group_lookups()
+        (lookup,) = self.lookups.take()
         return a, lookup, self.check()
 
     def ids(self, rid):
@@ -85,7 +101,7 @@ def test_rule_64_fixed_point_call_sequence():
         blk.reset_hash()
     q = Request("Q", [*range(140), *range(1000, 1020)], h.hasher)
     blocks, hit, spb = h.mgr.get_computed_blocks(q)
-    (lookup,) = h.mgr.take_group_lookups()
+    (lookup,) = h.lookups.take()
     calls = [(c.sliding_window, c.max_length, c.hit_tokens) for c in lookup.calls]
     assert calls == [
         (None, 159, 128),
@@ -107,7 +123,7 @@ def test_rule_64_simple_hybrid_stops_after_one_pass():
     h.admit("A", range(100))
     q = Request("Q", [*range(100), *range(1000, 1060)], h.hasher)
     h.mgr.get_computed_blocks(q)
-    (lookup,) = h.mgr.take_group_lookups()
+    (lookup,) = h.lookups.take()
     assert lookup.num_passes == 1 and len(lookup.calls) == 2
 
 
