@@ -1,0 +1,74 @@
+"""Which chunks a store job offers, group by group (vLLM 0.31.0's ``_build_store_jobs``,
+offloading/scheduler.py:1501-1643; one block per chunk, no drafter group).
+
+Each group offers its keyed, allocated chunks from where it last stored up to the tokens
+offloadable after this batch, but not a chunk whose block is 0 (a window group's null, or a
+block the pool gave out again) nor, in a window group, one no later hit can reach
+(``reachable_store_mask``). The request's store horizon is its prompt while it prefills, its
+last offloadable chunk once finished, none with a retention interval set; a finished window
+group whose horizon ended mid-segment looks back to that segment's start for tails it skipped.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from explorer.core.sched.kv_connector.cpu_tier import OffloadKey
+from explorer.core.sched.kv_connector.offload_groups import reachable_store_mask
+
+if TYPE_CHECKING:
+    from explorer.core.sched.kv_connector.offloading import OffloadingConnector, RequestOffloadState
+
+
+def store_candidates(
+    conn: OffloadingConnector, st: RequestOffloadState, num_offloadable: int, prompt_offloadable: int
+) -> tuple[list[OffloadKey], list[tuple[int, int]]]:
+    """(the keys to offer, in group order; each group's chunk range considered)."""
+    req = st.req
+    retention, align = conn.retention_interval, conn.alignment_tokens
+    boundaries: tuple[int, ...] = ()
+    if retention is not None:
+        boundaries = (req.num_prompt_tokens - 1,)
+        if req.shared_prefix_boundary:
+            boundaries += (req.shared_prefix_boundary,)
+    keys: list[OffloadKey] = []
+    ranges: list[tuple[int, int]] = []
+    for gc, gs in zip(conn.groups, st.groups):
+        tpc = gc.tokens_per_chunk
+        num_chunks = min(num_offloadable // tpc, len(gs.block_ids), len(gs.offload_keys))
+        start = gs.next_stored_chunk_idx
+        prompt_horizon = prompt_offloadable // tpc
+        final_align = None
+        if align is not None and gc.sliding_window is not None and align % tpc == 0:
+            final_align = align // tpc
+        reconsider = (
+            req.is_finished() and num_chunks != prompt_horizon and retention is None and final_align is not None
+        )
+        horizon: int | None
+        if retention is not None:
+            horizon = None
+        elif req.is_finished():
+            horizon = num_chunks
+        elif num_chunks <= prompt_horizon:
+            horizon = prompt_horizon
+        else:
+            horizon = None
+        if reconsider:
+            assert final_align is not None
+            start = min(start, num_chunks - num_chunks % final_align)
+        ranges.append((start, num_chunks))
+        if num_chunks <= start:
+            continue
+        mask = reachable_store_mask(gc, start, num_chunks, align, retention, boundaries, horizon)
+        prompt_mask = None
+        if reconsider:
+            prompt_mask = reachable_store_mask(gc, start, num_chunks, align, retention, boundaries, prompt_horizon)
+        for i, (key, block_id) in enumerate(zip(gs.offload_keys[start:num_chunks], gs.block_ids[start:num_chunks])):
+            if block_id == 0:
+                continue
+            if reconsider and start + i < gs.next_stored_chunk_idx and (prompt_mask is None or prompt_mask[i]):
+                continue
+            if mask is not None and not mask[i]:
+                continue
+            keys.append(key)
+    return keys, ranges
