@@ -70,17 +70,22 @@ class _WithRetention:
         return vc
 
 
-def replay_class(scenario: dict):
-    eng = scenario["engine"]
-    retention = kv_cache_groups(eng)[3]
+def with_retention(scenario: dict, build):
+    """``build()`` (a replay's construction) with the scenario's retention in its VllmConfig."""
+    retention = kv_cache_groups(scenario["engine"])[3]
     configs = base._configs
     base._configs = lambda: _WithRetention(configs(), retention)
     try:
-        if eng.get("scheduler") == "async" and eng.get("speculative"):
-            return connector_drafts.AsyncConnectorDraftsReplay(scenario)
-        return OffloadingGroupsReplay(scenario)
+        return build()
     finally:
         base._configs = configs
+
+
+def replay_class(scenario: dict):
+    eng = scenario["engine"]
+    if eng.get("scheduler") == "async" and eng.get("speculative"):
+        return with_retention(scenario, lambda: connector_drafts.AsyncConnectorDraftsReplay(scenario))
+    return with_retention(scenario, lambda: OffloadingGroupsReplay(scenario))
 
 
 def main() -> int:
