@@ -19,9 +19,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from explorer.core.events import BlockRemoved, BlockStored, KVCacheEvent
+from explorer.core.hashing import BlockHash, ExternalBlockHash, maybe_convert_block_hash
 from explorer.core.kv_cache_interface import SLIDING_WINDOW, KVCacheSpec, full_attention
-from explorer.core.sched.kv_connector.cpu_tier import LookupResult, OffloadKey
+from explorer.core.sched.kv_connector.cpu_tier import LookupResult, OffloadingEvent, OffloadKey, ReqContext
+
+if TYPE_CHECKING:
+    from explorer.core.request import Request
+
+MEDIUM_CPU = "CPU"
 
 
 def cdiv(a: int, b: int) -> int:
@@ -97,6 +105,30 @@ class RequestGroupState:
     next_stored_chunk_idx: int = 0
 
 
+@dataclass
+class RequestOffloadState:
+    req: Request
+    ctx: ReqContext
+    groups: tuple[RequestGroupState, ...]
+    num_locally_computed_tokens: int = 0
+    transfer_jobs: set[int] = field(default_factory=set)
+    finished_signaled: bool = False
+
+    def update_offload_keys(self, configs: Sequence[GroupOffloadConfig]) -> None:
+        """Each group's key per chunk: the hash of its last hash unit, with the group."""
+        hashes = self.req.block_hashes
+        for gc, gs in zip(configs, self.groups):
+            h = gc.hashes_per_chunk
+            for i in range(h * len(gs.offload_keys) + h - 1, len(hashes), h):
+                key = make_offload_key(hashes[i], gc.group_idx)
+                gs.offload_keys.append(key)
+                self.ctx.positions[key] = len(gs.offload_keys) * gc.tokens_per_chunk
+
+    def clear_block_ids(self) -> None:
+        for gs in self.groups:
+            gs.block_ids.clear()
+
+
 Lookup = Callable[[OffloadKey], LookupResult]
 
 
@@ -170,3 +202,29 @@ def reachable_store_mask(
             for j in range(max(start, stop - need), min(end, stop)):
                 mask[j - start] = True
     return mask
+
+
+def cpu_kv_events(events: Sequence[OffloadingEvent], use_int_block_hashes: bool) -> list[KVCacheEvent]:
+    """The tier's events as vLLM publishes them without self-describing payloads: each stored
+    chunk one BlockStored, each eviction one BlockRemoved per group (the groups in the order
+    the evicted chunks first name them); medium CPU, the placeholder payload (one hash, no
+    tokens, block_size 0, the chunk's group; offloading/events.py:337-438)."""
+
+    def external(key: OffloadKey) -> ExternalBlockHash:
+        return maybe_convert_block_hash(BlockHash(offload_block_hash(key)), use_int_block_hashes)
+
+    out: list[KVCacheEvent] = []
+    for ev in events:
+        if ev.metadata_only:
+            continue  # a failed store's chunks, no public removal (offloading/events.py:438-441 in 0.33.0)
+        if ev.removed:
+            by_group: dict[int, list[ExternalBlockHash]] = {}
+            for k in ev.keys:
+                by_group.setdefault(offload_group_idx(k), []).append(external(k))
+            out.extend(BlockRemoved(hashes, MEDIUM_CPU, group_idx=g) for g, hashes in by_group.items())
+        else:
+            out.extend(
+                BlockStored([external(k)], None, [], 0, None, MEDIUM_CPU, None, group_idx=offload_group_idx(k))
+                for k in ev.keys
+            )
+    return out

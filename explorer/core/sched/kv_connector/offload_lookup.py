@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 from explorer.core.sched.kv_connector.offload_groups import Lookup, cdiv, prefix_lookup, sliding_window_lookup
 
 if TYPE_CHECKING:
-    from explorer.core.sched.kv_connector.offloading import OffloadingConnector, RequestOffloadState
+    from explorer.core.sched.kv_connector.offload_groups import RequestOffloadState
+    from explorer.core.sched.kv_connector.offloading import OffloadingConnector
 
 
 def lookup_complete_chunks(conn: OffloadingConnector, st: RequestOffloadState, lookup: Lookup) -> int | None:

@@ -11,13 +11,15 @@ group whose horizon ended mid-segment looks back to that segment's start for tai
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from explorer.core.sched.kv_connector.cpu_tier import OffloadKey
 from explorer.core.sched.kv_connector.offload_groups import reachable_store_mask
 
 if TYPE_CHECKING:
-    from explorer.core.sched.kv_connector.offloading import OffloadingConnector, RequestOffloadState
+    from explorer.core.sched.kv_connector.offload_groups import RequestOffloadState
+    from explorer.core.sched.kv_connector.offloading import OffloadingConnector
 
 
 def store_candidates(
@@ -72,3 +74,25 @@ def store_candidates(
                 continue
             keys.append(key)
     return keys, ranges
+
+
+def forget_reallocated(
+    states: Iterable[RequestOffloadState],
+    window_groups: tuple[int, ...],
+    ends: Mapping[str, tuple[int, ...]],
+    allocated: set[int],
+) -> None:
+    """In a window group, a chunk not stored yet whose block the pool handed out again this
+    step (it fell below the window and was freed) is forgotten: 0, never stored from. Only the
+    blocks known before this step's (``ends``: each window group's length before them, per
+    request that got new blocks) are checked (``_update_req_states``, scheduler.py:1240-1262)."""
+    if not (window_groups and allocated):
+        return
+    for st in states:
+        end_of = ends.get(st.req.request_id)
+        for i, g in enumerate(window_groups):
+            gs = st.groups[g]
+            end = end_of[i] if end_of is not None else len(gs.block_ids)
+            for j in range(gs.next_stored_chunk_idx, end):
+                if gs.block_ids[j] in allocated:
+                    gs.block_ids[j] = 0

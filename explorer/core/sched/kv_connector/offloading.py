@@ -36,8 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from explorer.core.errors import SchedulingError
-from explorer.core.events import BlockRemoved, BlockStored, KVCacheEvent
-from explorer.core.hashing import BlockHash, ExternalBlockHash, maybe_convert_block_hash
+from explorer.core.events import KVCacheEvent
 from explorer.core.metrics import HOST
 from explorer.core.release import VLLM_0_31, VllmRelease
 from explorer.core.request import RequestStatus
@@ -46,16 +45,17 @@ from explorer.core.sched.kv_connector.cpu_tier import CPUChunk, CPUOffloadingMan
 from explorer.core.sched.kv_connector.offload_groups import (
     GroupOffloadConfig,
     RequestGroupState,
+    RequestOffloadState,
     alignment_tokens,
     cdiv,
+    cpu_kv_events,
     group_configs,
-    make_offload_key,
     offload_block_hash,
     offload_group_idx,
     single_group,
 )
 from explorer.core.sched.kv_connector.offload_lookup import lookup_complete_chunks
-from explorer.core.sched.kv_connector.offload_store import store_candidates
+from explorer.core.sched.kv_connector.offload_store import forget_reallocated, store_candidates
 from explorer.core.sched.output import KVConnectorOutput, OffloadingConnectorStats
 
 if TYPE_CHECKING:
@@ -63,8 +63,6 @@ if TYPE_CHECKING:
     from explorer.core.kv_cache_observer import KVCacheObserver
     from explorer.core.request import Request
     from explorer.core.sched.output import SchedulerOutput
-
-MEDIUM_CPU = "CPU"
 
 
 @dataclass(frozen=True)
@@ -78,30 +76,6 @@ class TransferJob:
 class OffloadingMetadata:
     load_jobs: dict[int, TransferJob] = field(default_factory=dict)
     store_jobs: dict[int, TransferJob] = field(default_factory=dict)
-
-
-@dataclass
-class RequestOffloadState:
-    req: Request
-    ctx: ReqContext
-    groups: tuple[RequestGroupState, ...]
-    num_locally_computed_tokens: int = 0
-    transfer_jobs: set[int] = field(default_factory=set)
-    finished_signaled: bool = False
-
-    def update_offload_keys(self, configs: Sequence[GroupOffloadConfig]) -> None:
-        """Each group's key per chunk: the hash of its last hash unit, with the group."""
-        hashes = self.req.block_hashes
-        for gc, gs in zip(configs, self.groups):
-            h = gc.hashes_per_chunk
-            for i in range(h * len(gs.offload_keys) + h - 1, len(hashes), h):
-                key = make_offload_key(hashes[i], gc.group_idx)
-                gs.offload_keys.append(key)
-                self.ctx.positions[key] = len(gs.offload_keys) * gc.tokens_per_chunk
-
-    def clear_block_ids(self) -> None:
-        for gs in self.groups:
-            gs.block_ids.clear()
 
 
 @dataclass
@@ -279,17 +253,7 @@ class OffloadingConnector(KVConnectorBase):
                 ids = new[gc.group_idx]
                 gs.block_ids.extend(ids)
                 self._current_batch_allocated_block_ids.update(b for b in ids if b != 0)
-        if not (self.window_groups and self._current_batch_allocated_block_ids):
-            return
-        allocated = self._current_batch_allocated_block_ids
-        for rid, st in self._req_status.items():
-            end_of = ends.get(rid)
-            for i, g in enumerate(self.window_groups):
-                gs = st.groups[g]
-                end = end_of[i] if end_of is not None else len(gs.block_ids)
-                for j in range(gs.next_stored_chunk_idx, end):
-                    if gs.block_ids[j] in allocated:
-                        gs.block_ids[j] = 0
+        forget_reallocated(self._req_status.values(), self.window_groups, ends, self._current_batch_allocated_block_ids)
 
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> OffloadingMetadata:
         so = scheduler_output
@@ -425,29 +389,8 @@ class OffloadingConnector(KVConnectorBase):
         return False
 
     def take_events(self) -> list[KVCacheEvent]:
-        """Each stored chunk one BlockStored, each eviction one BlockRemoved per group (the groups
-        in the order the evicted chunks first name them): medium CPU, the placeholder payload
-        (one hash, no tokens, block_size 0, the chunk's group; offloading/events.py:337-438)."""
-        out: list[KVCacheEvent] = []
-        for ev in self.manager.take_events():
-            if ev.metadata_only:
-                continue  # metadata_only: a failed store's chunks, no public removal (offloading/events.py:438-441 in 0.33.0)
-            if ev.removed:
-                by_group: dict[int, list[ExternalBlockHash]] = {}
-                for k in ev.keys:
-                    by_group.setdefault(offload_group_idx(k), []).append(self._event_hash(k))
-                out.extend(BlockRemoved(hashes, MEDIUM_CPU, group_idx=g) for g, hashes in by_group.items())
-            else:
-                out.extend(
-                    BlockStored(
-                        [self._event_hash(k)], None, [], 0, None, MEDIUM_CPU, None, group_idx=offload_group_idx(k)
-                    )
-                    for k in ev.keys
-                )
-        return out
-
-    def _event_hash(self, key: OffloadKey) -> ExternalBlockHash:
-        return maybe_convert_block_hash(BlockHash(offload_block_hash(key)), self.use_int_block_hashes)
+        """The tier's stores and evictions, medium CPU (``cpu_kv_events``)."""
+        return cpu_kv_events(self.manager.take_events(), self.use_int_block_hashes)
 
     def reset_cache(self) -> bool:
         """Forget the tier; jobs in flight are dropped and their reports ignored."""
