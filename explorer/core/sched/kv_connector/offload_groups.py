@@ -8,11 +8,12 @@
 - The lookup runs the full-attention groups first, a run of hits from the local hit on, then
   the sliding-window groups, widest window first, each looking for the last run of window-many
   hits from the end; a group that lowers the hit sends the others round again
-  (``_lookup_complete_chunks``, scheduler.py:749-949). With any window group the hit stops
-  one token short of the request's tokens.
+  (``_lookup_complete_chunks``, offloading/scheduler.py:749-949). With any window group the
+  hit stops one token short of the request's tokens.
 - A window group stores only the chunks a later hit can reach: the same tails as its GPU
   retention keeps, at the full-attention chunk size (``_reachable_store_block_mask``,
-  scheduler.py:1446-1487; single_type_kv_cache_manager.py:1072-1151).
+  offloading/scheduler.py:1448-1485; ``SlidingWindowManager.reachable_block_mask``,
+  single_type_kv_cache_manager.py:1072-1151).
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ def offload_group_idx(key: OffloadKey) -> int:
     return int.from_bytes(key[-4:], "big")
 
 
+def block_hashes_of(keys: Sequence[OffloadKey]) -> tuple[bytes, ...]:
+    return tuple(offload_block_hash(k) for k in keys)
+
+
 @dataclass(frozen=True)
 class GroupOffloadConfig:
     """One group as the connector sees it; ``window_chunks`` None: full attention."""
@@ -60,7 +65,7 @@ class GroupOffloadConfig:
 
     def load_window_size_in_chunks(self, num_tokens: int) -> int | None:
         """The chunks a window load needs ending at ``num_tokens``: one more when the hit ends
-        mid-chunk and the window reaches back into it (scheduler.py:107-124)."""
+        mid-chunk and the window reaches back into it (offloading/scheduler.py:107-124)."""
         if self.sliding_window is None or self.window_chunks is None:
             return self.window_chunks
         right_padding = -num_tokens % self.tokens_per_chunk
@@ -89,13 +94,33 @@ def single_group(block_size: int) -> tuple[GroupOffloadConfig, ...]:
 
 def alignment_tokens(configs: Sequence[GroupOffloadConfig]) -> int | None:
     """The full-attention chunk size when there is exactly one; with no full-attention group,
-    the largest chunk size (SchedulerOffloadConfig.from_spec, scheduler.py:178-201)."""
+    the largest chunk size (SchedulerOffloadConfig.from_spec, offloading/scheduler.py:189-208)."""
     full = {c.tokens_per_chunk for c in configs if c.window_chunks is None}
     if len(full) == 1:
         return full.pop()
     if not full:
         return max(c.tokens_per_chunk for c in configs)
     return None
+
+
+@dataclass(frozen=True)
+class OffloadLayout:
+    """Every group as the connector sees it, the retention interval, the alignment, and the
+    lookup's order: full attention first, then the windows widest first (a stable sort,
+    ``_sliding_window_sort_key``, offloading/scheduler.py:584-592)."""
+
+    groups: tuple[GroupOffloadConfig, ...]
+    retention_interval: int | None
+    alignment_tokens: int | None
+    window_groups: tuple[int, ...]
+    lookup_groups: tuple[int, ...]
+
+
+def offload_layout(configs: tuple[GroupOffloadConfig, ...], retention_interval: int | None) -> OffloadLayout:
+    full = tuple(c.group_idx for c in configs if c.window_chunks is None)
+    windows = [c for c in configs if c.window_chunks is not None]
+    widest = tuple(c.group_idx for c in sorted(windows, key=lambda c: c.window_chunks or 0, reverse=True))
+    return OffloadLayout(configs, retention_interval, alignment_tokens(configs), widest, full + widest)
 
 
 @dataclass
@@ -128,6 +153,11 @@ class RequestOffloadState:
         for gs in self.groups:
             gs.block_ids.clear()
 
+    def advance_stored(self, ranges: Sequence[tuple[int, int]]) -> None:
+        """Each group's next store starts past the chunks just considered."""
+        for gs, (_, end) in zip(self.groups, ranges):
+            gs.next_stored_chunk_idx = max(gs.next_stored_chunk_idx, end)
+
 
 Lookup = Callable[[OffloadKey], LookupResult]
 
@@ -147,7 +177,7 @@ def prefix_lookup(keys: Sequence[OffloadKey], lookup: Lookup) -> int | None:
 def sliding_window_lookup(keys: Sequence[OffloadKey], window: int, initial_window: int, lookup: Lookup) -> int | None:
     """From the end, the end index of the first run of ``window`` hits (``initial_window`` for
     the rightmost run); else the run at the start, however short. None while a key of the
-    run is being written (scheduler.py:705-747)."""
+    run is being written (``_sliding_window_lookup``, offloading/scheduler.py:705-747)."""
     pending, run, required = False, 0, initial_window or window
     for idx in range(len(keys) - 1, -1, -1):
         result = lookup(keys[idx])
@@ -208,7 +238,8 @@ def cpu_kv_events(events: Sequence[OffloadingEvent], use_int_block_hashes: bool)
     """The tier's events as vLLM publishes them without self-describing payloads: each stored
     chunk one BlockStored, each eviction one BlockRemoved per group (the groups in the order
     the evicted chunks first name them); medium CPU, the placeholder payload (one hash, no
-    tokens, block_size 0, the chunk's group; offloading/events.py:337-438)."""
+    tokens, block_size 0, the chunk's group; ``_placeholder_stored``, ``_take_removed_event``,
+    offloading/events.py:337-357, 407-440)."""
 
     def external(key: OffloadKey) -> ExternalBlockHash:
         return maybe_convert_block_hash(BlockHash(offload_block_hash(key)), use_int_block_hashes)
@@ -216,7 +247,7 @@ def cpu_kv_events(events: Sequence[OffloadingEvent], use_int_block_hashes: bool)
     out: list[KVCacheEvent] = []
     for ev in events:
         if ev.metadata_only:
-            continue  # a failed store's chunks, no public removal (offloading/events.py:438-441 in 0.33.0)
+            continue  # a failed store's chunks, no public removal (_take_removed_event, offloading/events.py:438-441 in 0.33.0)
         if ev.removed:
             by_group: dict[int, list[ExternalBlockHash]] = {}
             for k in ev.keys:

@@ -16,23 +16,22 @@ from typing import TYPE_CHECKING
 from explorer.core.sched.kv_connector.offload_groups import Lookup, cdiv, prefix_lookup, sliding_window_lookup
 
 if TYPE_CHECKING:
-    from explorer.core.sched.kv_connector.offload_groups import RequestOffloadState
-    from explorer.core.sched.kv_connector.offloading import OffloadingConnector
+    from explorer.core.sched.kv_connector.offload_groups import OffloadLayout, RequestOffloadState
 
 
-def lookup_complete_chunks(conn: OffloadingConnector, st: RequestOffloadState, lookup: Lookup) -> int | None:
+def lookup_complete_chunks(layout: OffloadLayout, st: RequestOffloadState, lookup: Lookup) -> int | None:
     num_computed = st.num_locally_computed_tokens
     max_hit = st.req.num_tokens
-    if conn.window_groups:
+    if layout.window_groups:
         max_hit -= 1  # the last prompt token is computed again for its logits
     num_hit = 0
     deferred = False
-    rounds: tuple[int, ...] = conn.lookup_groups
+    rounds: tuple[int, ...] = layout.lookup_groups
     while rounds:
         looked_up_window = False
         this_round, rounds = rounds, ()
         for g in this_round:
-            gc, keys = conn.groups[g], st.groups[g].offload_keys
+            gc, keys = layout.groups[g], st.groups[g].offload_keys
             tpc = gc.tokens_per_chunk
             max_hit = min(max_hit, len(keys) * tpc)
             if max_hit - num_computed < tpc:
@@ -58,9 +57,9 @@ def lookup_complete_chunks(conn: OffloadingConnector, st: RequestOffloadState, l
             if new_hit < num_hit:
                 if deferred:
                     deferred = False
-                    rounds = conn.lookup_groups
+                    rounds = layout.lookup_groups
                 elif looked_up_window and not rounds:
-                    rounds = conn.window_groups
+                    rounds = layout.window_groups
             looked_up_window |= gc.window_chunks is not None
             num_hit = new_hit
     return None if deferred else num_hit

@@ -18,16 +18,15 @@ from explorer.core.sched.kv_connector.cpu_tier import OffloadKey
 from explorer.core.sched.kv_connector.offload_groups import reachable_store_mask
 
 if TYPE_CHECKING:
-    from explorer.core.sched.kv_connector.offload_groups import RequestOffloadState
-    from explorer.core.sched.kv_connector.offloading import OffloadingConnector
+    from explorer.core.sched.kv_connector.offload_groups import OffloadLayout, RequestOffloadState
 
 
 def store_candidates(
-    conn: OffloadingConnector, st: RequestOffloadState, num_offloadable: int, prompt_offloadable: int
+    layout: OffloadLayout, st: RequestOffloadState, num_offloadable: int, prompt_offloadable: int
 ) -> tuple[list[OffloadKey], list[tuple[int, int]]]:
     """(the keys to offer, in group order; each group's chunk range considered)."""
     req = st.req
-    retention, align = conn.retention_interval, conn.alignment_tokens
+    retention, align = layout.retention_interval, layout.alignment_tokens
     boundaries: tuple[int, ...] = ()
     if retention is not None:
         boundaries = (req.num_prompt_tokens - 1,)
@@ -35,7 +34,7 @@ def store_candidates(
             boundaries += (req.shared_prefix_boundary,)
     keys: list[OffloadKey] = []
     ranges: list[tuple[int, int]] = []
-    for gc, gs in zip(conn.groups, st.groups):
+    for gc, gs in zip(layout.groups, st.groups):
         tpc = gc.tokens_per_chunk
         num_chunks = min(num_offloadable // tpc, len(gs.block_ids), len(gs.offload_keys))
         start = gs.next_stored_chunk_idx
@@ -85,7 +84,7 @@ def forget_reallocated(
     """In a window group, a chunk not stored yet whose block the pool handed out again this
     step (it fell below the window and was freed) is forgotten: 0, never stored from. Only the
     blocks known before this step's (``ends``: each window group's length before them, per
-    request that got new blocks) are checked (``_update_req_states``, scheduler.py:1240-1262)."""
+    request that got new blocks) are checked (``_update_req_states``, offloading/scheduler.py:1240-1262)."""
     if not (window_groups and allocated):
         return
     for st in states:

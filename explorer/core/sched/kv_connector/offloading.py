@@ -5,11 +5,9 @@ over the CPU tier of cpu_tier.py; one GPU block per chunk, the LRU policy, promp
 own chunks in the one tier (offload_groups.py).
 
 - ``get_num_new_matched_tokens``: a request with a transfer job in flight waits (None);
-  else the chunks after the block-aligned local hit are looked up, up to the request's last
-  full block (one token less with a window group), group by group (offload_groups.py): the
-  hit is offered (loaded asynchronously), and a chunk still being written (or, with prefix
-  caching, being loaded by another request) makes the answer None: ask again next step.
-  Less than one chunk is no hit.
+  else the chunks after the block-aligned local hit are looked up group by group
+  (offload_lookup.py): the hit is offered (loaded asynchronously); a chunk still being
+  written (or, with prefix caching, being loaded by another request) makes it None.
 - ``update_state_after_alloc`` with external tokens: one load job for every group's
   allocated blocks past the local hit (their chunks are pinned); the loaded blocks are not
   stored again.
@@ -24,9 +22,8 @@ own chunks in the one tier (offload_groups.py).
 - ``reset_cache`` forgets the tier; jobs in flight are dropped (their reports ignored).
 - ``get_kv_connector_stats`` (each update): the stores refused since the last update, with
   the tier's own stats (``CPUOffloadingManager.get_stats``).
-A `KVCacheObserver` hears each store (with what it evicted, or that it was refused), each
-load, and what each update completed. `OffloadingWorker` plays the worker: every job of a
-batch completes with that batch's output.
+A `KVCacheObserver` hears each store, load and update (by block hash). `OffloadingWorker`
+plays the worker: every job of a batch completes with that batch's output.
 """
 
 from __future__ import annotations
@@ -43,15 +40,15 @@ from explorer.core.request import RequestStatus
 from explorer.core.sched.kv_connector.base import ConnectorWorker, KVConnectorBase, KVTransferConfig
 from explorer.core.sched.kv_connector.cpu_tier import CPUChunk, CPUOffloadingManager, OffloadKey, ReqContext
 from explorer.core.sched.kv_connector.offload_groups import (
-    GroupOffloadConfig,
     RequestGroupState,
     RequestOffloadState,
-    alignment_tokens,
+    block_hashes_of,
     cdiv,
     cpu_kv_events,
     group_configs,
     offload_block_hash,
     offload_group_idx,
+    offload_layout,
     single_group,
 )
 from explorer.core.sched.kv_connector.offload_lookup import lookup_complete_chunks
@@ -107,7 +104,7 @@ class OffloadingConnector(KVConnectorBase):
         self.manager = CPUOffloadingManager(cpu_blocks, enable_events, release.request_scoped_cpu_lru)
         self.use_int_block_hashes = use_int_block_hashes
         self.observer: KVCacheObserver | None = None
-        self._set_groups(single_group(block_size), None)
+        self.layout = offload_layout(single_group(block_size), None)
         self._req_status: dict[str, RequestOffloadState] = {}
         self._current_batch_load_jobs: dict[int, TransferJob] = {}
         # GPU blocks the step's allocations handed out (a window group's stale ids are zeroed).
@@ -119,21 +116,6 @@ class OffloadingConnector(KVConnectorBase):
         self._jobs: dict[int, JobStatus] = {}
         self._allocation_failures = 0  # stores the tier refused since the last get_kv_connector_stats
 
-    def _set_groups(self, configs: tuple[GroupOffloadConfig, ...], retention_interval: int | None) -> None:
-        self.groups = configs
-        self.retention_interval = retention_interval
-        self.alignment_tokens = alignment_tokens(configs)
-        full = [c.group_idx for c in configs if c.window_chunks is None]
-        # Window groups widest first (a stable sort, scheduler.py:590-612).
-        windows = sorted((c.group_idx for c in configs if c.window_chunks is not None), key=self._window, reverse=True)
-        self.window_groups = tuple(windows)
-        self.lookup_groups = (*full, *windows)
-
-    def _window(self, group_idx: int) -> int:
-        w = self.groups[group_idx].window_chunks
-        assert w is not None
-        return w
-
     @property
     def requires_kv_delivery(self) -> bool:
         """A best-effort cache: a dropped store is a later miss (offloading_connector.py)."""
@@ -142,7 +124,7 @@ class OffloadingConnector(KVConnectorBase):
     def bind_kv_cache_manager(self, kv_cache_manager: KVCacheManager) -> None:
         self.observer = kv_cache_manager.observer
         if kv_cache_manager.hybrid:
-            self._set_groups(
+            self.layout = offload_layout(
                 group_configs(kv_cache_manager.kv_cache_groups, kv_cache_manager.hash_block_size),
                 kv_cache_manager.coordinator.retention_interval,
             )
@@ -156,7 +138,7 @@ class OffloadingConnector(KVConnectorBase):
     def on_new_request(self, request: Request) -> None:
         ctx = ReqContext(request.request_id)
         self.manager.on_new_request(ctx)
-        groups = tuple(RequestGroupState() for _ in self.groups)
+        groups = tuple(RequestGroupState() for _ in self.layout.groups)
         self._req_status[request.request_id] = RequestOffloadState(request, ctx, groups)
 
     def still_tracks(self, request_id: str) -> bool:
@@ -172,19 +154,19 @@ class OffloadingConnector(KVConnectorBase):
                 gs.next_stored_chunk_idx = 0
         if st.transfer_jobs:
             return None, False  # a store or load of this request is still in flight
-        st.update_offload_keys(self.groups)
+        st.update_offload_keys(self.layout.groups)
         st.num_locally_computed_tokens = num_computed_tokens
         hits = 0 if request.skip_reading_prefix_cache else self._lookup(st)
         return hits, bool(hits)
 
     def _lookup(self, st: RequestOffloadState) -> int | None:
         num_computed = st.num_locally_computed_tokens
-        num_hit = lookup_complete_chunks(self, st, self.manager.lookup)
+        num_hit = lookup_complete_chunks(self.layout, st, self.manager.lookup)
         if not num_hit:
             return num_hit
         if self._chunks_being_loaded:
             end_tokens = num_computed + num_hit
-            for gc, gs in zip(self.groups, st.groups):
+            for gc, gs in zip(self.layout.groups, st.groups):
                 keys = gs.offload_keys[num_computed // gc.tokens_per_chunk : cdiv(end_tokens, gc.tokens_per_chunk)]
                 window = gc.load_window_size_in_chunks(end_tokens)
                 if window is not None:
@@ -201,7 +183,7 @@ class OffloadingConnector(KVConnectorBase):
         num_cached = local + num_external_tokens
         keys: list[OffloadKey] = []
         dst: list[int] = []
-        for gc, gs in zip(self.groups, st.groups):
+        for gc, gs in zip(self.layout.groups, st.groups):
             table = blocks.blocks[gc.group_idx]
             self._current_batch_allocated_block_ids.update(b.block_id for b in table if b.block_id != 0)
             bs = gc.tokens_per_chunk
@@ -227,43 +209,40 @@ class OffloadingConnector(KVConnectorBase):
         if self._chunks_being_loaded is not None:
             self._chunks_being_loaded.update(keys)
         if self.observer is not None:
-            self.observer.on_cpu_load(request.request_id, self._hashes(keys), tuple(dst))
-
-    @staticmethod
-    def _hashes(keys: Sequence[OffloadKey]) -> tuple[bytes, ...]:
-        return tuple(offload_block_hash(k) for k in keys)
+            self.observer.on_cpu_load(request.request_id, block_hashes_of(keys), tuple(dst))
 
     # ---- the step's metadata -----------------------------------------------------------------
 
     def _update_req_states(self, so: SchedulerOutput) -> None:
         """Every group's new blocks; then, in a window group, a pending chunk's block that the
-        pool handed out again this step is forgotten (0: never stored from, scheduler.py:1212-1262)."""
+        pool handed out again this step is forgotten (0: never stored from, ``_update_req_states``, offloading/scheduler.py:1212-1262)."""
         resumed = set(so.scheduled_resumed_reqs)
         ends: dict[str, tuple[int, ...]] = {}
         for rid in (*so.scheduled_new_reqs, *so.scheduled_running_reqs, *so.scheduled_resumed_reqs):
             st = self._req_status[rid]
-            st.update_offload_keys(self.groups)
+            st.update_offload_keys(self.layout.groups)
             if rid in resumed:
                 st.clear_block_ids()
             new = so.new_block_ids.get(rid)
             if new is None:
                 continue
-            ends[rid] = tuple(len(st.groups[g].block_ids) for g in self.window_groups)
-            for gc, gs in zip(self.groups, st.groups):
+            ends[rid] = tuple(len(st.groups[g].block_ids) for g in self.layout.window_groups)
+            for gc, gs in zip(self.layout.groups, st.groups):
                 ids = new[gc.group_idx]
                 gs.block_ids.extend(ids)
                 self._current_batch_allocated_block_ids.update(b for b in ids if b != 0)
-        forget_reallocated(self._req_status.values(), self.window_groups, ends, self._current_batch_allocated_block_ids)
+        forget_reallocated(
+            self._req_status.values(), self.layout.window_groups, ends, self._current_batch_allocated_block_ids
+        )
 
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> OffloadingMetadata:
         so = scheduler_output
         self._update_req_states(so)
         for rid in so.preempted_req_ids:
             # vLLM flushes a preempted request's jobs and asserts they are stores
-            # (offloading/scheduler.py:1788-1794): a request the reset preempted that loads
-            # from the CPU tier in the same schedule trips it. Refused, as vLLM cannot run it.
-            # 0.33.0 leaves this step's new loads out of the flush, so it runs that case
-            # (offloading/scheduler.py:2137-2151 in 0.33.0).
+            # (offloading/scheduler.py:1788-1794): a request the reset preempted that loads in
+            # the same schedule trips it (refused); 0.33.0 leaves this step's new loads out of
+            # the flush, so it runs that case (offloading/scheduler.py:2137-2151 in 0.33.0).
             pending = self._req_status.get(rid)
             if pending is None:
                 continue
@@ -305,21 +284,20 @@ class OffloadingConnector(KVConnectorBase):
             else:
                 after = req.num_computed_tokens + so.num_scheduled_tokens[rid]
             num_offloadable = self._num_offloadable_tokens(req, after)
-            keys, ranges = store_candidates(
-                self, st, num_offloadable, self._num_offloadable_tokens(req, req.num_prompt_tokens)
-            )
+            prompt_offloadable = self._num_offloadable_tokens(req, req.num_prompt_tokens)
+            keys, ranges = store_candidates(self.layout, st, num_offloadable, prompt_offloadable)
             if not keys:
-                self._advance_stored(st, ranges)
+                st.advance_stored(ranges)
                 continue
             prepared = self.manager.prepare_store(keys, st.ctx)
             if prepared is None:  # too few evictable chunks: try again at the next step
                 self._allocation_failures += 1
                 if self.observer is not None:
-                    self.observer.on_cpu_store(rid, self._hashes(keys), (), True)
+                    self.observer.on_cpu_store(rid, block_hashes_of(keys), (), True)
                 continue
             to_store, evicted = prepared
             if not to_store:
-                self._advance_stored(st, ranges)
+                st.advance_stored(ranges)
                 continue
             chosen = set(to_store)
             src = tuple(
@@ -328,7 +306,7 @@ class OffloadingConnector(KVConnectorBase):
                 for k, b in zip(gs.offload_keys[start:end], gs.block_ids[start:end])
                 if k in chosen
             )
-            self._advance_stored(st, ranges)
+            st.advance_stored(ranges)
             job_id = self._job_id()
             if st.transfer_jobs:
                 assert all(self._jobs[j].is_store for j in st.transfer_jobs), "a store is issued with no load pending"
@@ -340,13 +318,8 @@ class OffloadingConnector(KVConnectorBase):
             self._jobs[job_id] = JobStatus(rid, ordered, is_store=True)
             jobs[job_id] = TransferJob(rid, tuple(to_store), src)
             if self.observer is not None:
-                self.observer.on_cpu_store(rid, self._hashes(to_store), self._hashes(evicted), False)
+                self.observer.on_cpu_store(rid, block_hashes_of(to_store), block_hashes_of(evicted), False)
         return jobs
-
-    @staticmethod
-    def _advance_stored(st: RequestOffloadState, ranges: Sequence[tuple[int, int]]) -> None:
-        for gs, (_, end) in zip(st.groups, ranges):
-            gs.next_stored_chunk_idx = max(gs.next_stored_chunk_idx, end)
 
     def get_kv_connector_stats(self) -> OffloadingConnectorStats:
         """The update's stats: the refused stores since the last call, and the tier's."""
@@ -379,13 +352,13 @@ class OffloadingConnector(KVConnectorBase):
             if st.finished_signaled and not st.transfer_jobs:
                 del self._req_status[job.req_id]
         if self.observer is not None and (stored or loaded):
-            self.observer.on_cpu_jobs_done(self._hashes(stored), self._hashes(loaded))
+            self.observer.on_cpu_jobs_done(block_hashes_of(stored), block_hashes_of(loaded))
 
     def request_finished(self, request: Request, block_ids: Sequence[list[int]]) -> bool:
         """The last block's hash may be new; the store comes with the next step."""
         st = self._req_status.get(request.request_id)
         if st is not None:
-            st.update_offload_keys(self.groups)
+            st.update_offload_keys(self.layout.groups)
         return False
 
     def take_events(self) -> list[KVCacheEvent]:
