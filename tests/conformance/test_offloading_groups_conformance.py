@@ -13,10 +13,12 @@ and go to this driver. A missing vLLM fails, as the whole tier does.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import pytest
 
+from explorer.errors import BadInput
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario, parse_scenario_dict
 from tests.conformance.engine_step_scenarios import under_both_schedulers
@@ -90,3 +92,36 @@ def test_random_offloading_groups_scenarios_match_vllm(groups_oracle):
     for what in ("cpu_load_with_a_window_group", "cpu_store", "store_refused", "cpu_evicted", "window_stores_fewer"):
         assert seen[what] >= least, seen
     assert seen["cpu_stored_window_chunk"] >= 10 * least, seen
+
+
+def _stopped_at(error: str) -> int:
+    """The op index an error names: our labels count from 1, the driver's from 0."""
+    found = re.search(r"(: )?step (\d+) \(", error)
+    assert found is not None, error
+    return int(found.group(2)) - (1 if found.group(1) else 0)
+
+
+def test_a_store_naming_a_window_block_twice_stops_both_replays_at_the_same_step(groups_oracle):
+    """Seed 90 (sync): after a reset with external, R2's stores restart from its first chunk
+    while its window group lists block 40 twice (freed below the window, given back to R2
+    later); vLLM raises KeyError when that store completes, and the explorer refuses the same
+    step in one line."""
+    raw = next(
+        r
+        for r in under_both_schedulers(random_offloading_groups_raw_scenario(90))
+        if r["engine"]["scheduler"] == "sync"
+    )
+    sc = at_release(parse_scenario_dict(raw, "seed 90 (sync)"), groups_oracle)
+    theirs = groups_oracle.replay(sc.normalized(sc.engine.hash_seed or None), allow_error=True)
+    try:
+        replay(sc, record=False)
+        mine = None
+    except BadInput as exc:
+        mine = str(exc)
+    if "error" not in theirs:  # a release that runs it: the replays agree
+        assert mine is None
+        assert compare(replay(sc).to_json(), theirs) == []
+        return
+    assert "KeyError" in theirs["error"], theirs["error"]
+    assert mine is not None and "names one window-group block twice" in mine and "\n" not in mine
+    assert _stopped_at(mine) == _stopped_at(theirs["error"])

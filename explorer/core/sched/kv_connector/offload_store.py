@@ -11,9 +11,10 @@ group whose horizon ended mid-segment looks back to that segment's start for tai
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from explorer.core.errors import SchedulingError
 from explorer.core.sched.kv_connector.cpu_tier import OffloadKey
 from explorer.core.sched.kv_connector.offload_groups import reachable_store_mask
 
@@ -95,3 +96,33 @@ def forget_reallocated(
             for j in range(gs.next_stored_chunk_idx, end):
                 if gs.block_ids[j] in allocated:
                     gs.block_ids[j] = 0
+
+
+def store_sources(
+    layout: OffloadLayout, st: RequestOffloadState, ranges: Sequence[tuple[int, int]], chosen: set[OffloadKey]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(the GPU blocks a store job reads, group by group; those of the window groups)."""
+    src: list[int] = []
+    window: list[int] = []
+    for gc, gs, (start, end) in zip(layout.groups, st.groups, ranges):
+        ids = [b for k, b in zip(gs.offload_keys[start:end], gs.block_ids[start:end]) if k in chosen]
+        src += ids
+        if gc.sliding_window is not None:
+            window += ids
+    return tuple(src), tuple(window)
+
+
+def check_window_sources(req_id: str, window_block_ids: Sequence[int]) -> None:
+    """vLLM watches a store's window-group source blocks, one entry per block id, and forgets
+    them when the store completes (``_remove_pending_job``, offloading/scheduler.py:653-658):
+    a job that names one block twice makes that forgetting raise KeyError. It happens when
+    a reset restarts a request's stores from its first chunk while its window group still
+    lists, at a position below the window, a block the pool later gave the same request again
+    (the zeroing of ``forget_reallocated`` covers only chunks not stored yet). Refused, as vLLM
+    cannot run it."""
+    if len(set(window_block_ids)) != len(window_block_ids):
+        raise SchedulingError(
+            f"request {req_id!r}: a store names one window-group block twice (after a reset with "
+            "external, a block freed below the window came back to the same request): vLLM's "
+            "offloading connector raises KeyError there"
+        )

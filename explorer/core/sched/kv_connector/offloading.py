@@ -52,7 +52,12 @@ from explorer.core.sched.kv_connector.offload_groups import (
     single_group,
 )
 from explorer.core.sched.kv_connector.offload_lookup import lookup_complete_chunks
-from explorer.core.sched.kv_connector.offload_store import forget_reallocated, store_candidates
+from explorer.core.sched.kv_connector.offload_store import (
+    check_window_sources,
+    forget_reallocated,
+    store_candidates,
+    store_sources,
+)
 from explorer.core.sched.output import KVConnectorOutput, OffloadingConnectorStats
 
 if TYPE_CHECKING:
@@ -80,6 +85,7 @@ class JobStatus:
     req_id: str
     keys: tuple[OffloadKey, ...]
     is_store: bool
+    window_block_ids: tuple[int, ...] = ()  # a store's window-group sources (vLLM fences them)
 
 
 class OffloadingConnector(KVConnectorBase):
@@ -299,23 +305,16 @@ class OffloadingConnector(KVConnectorBase):
             if not to_store:
                 st.advance_stored(ranges)
                 continue
-            chosen = set(to_store)
-            src = tuple(
-                b
-                for gs, (start, end) in zip(st.groups, ranges)
-                for k, b in zip(gs.offload_keys[start:end], gs.block_ids[start:end])
-                if k in chosen
-            )
+            src, window_src = store_sources(self.layout, st, ranges, set(to_store))
             st.advance_stored(ranges)
             job_id = self._job_id()
             if st.transfer_jobs:
                 assert all(self._jobs[j].is_store for j in st.transfer_jobs), "a store is issued with no load pending"
             st.transfer_jobs.add(job_id)
-            # Completed in token order, the lower group first (the order the conformance
-            # driver hands vLLM's set of keys over in).
+            # Completed in token order, then by group (as the driver hands vLLM's key set over).
             positions = st.ctx.positions
             ordered = tuple(sorted(to_store, key=lambda k: (positions[k], offload_group_idx(k))))
-            self._jobs[job_id] = JobStatus(rid, ordered, is_store=True)
+            self._jobs[job_id] = JobStatus(rid, ordered, is_store=True, window_block_ids=window_src)
             jobs[job_id] = TransferJob(rid, tuple(to_store), src)
             if self.observer is not None:
                 self.observer.on_cpu_store(rid, block_hashes_of(to_store), block_hashes_of(evicted), False)
@@ -343,6 +342,7 @@ class OffloadingConnector(KVConnectorBase):
             st = self._req_status[job.req_id]
             if job.is_store:
                 stored += self.manager.complete_store(job.keys)
+                check_window_sources(job.req_id, job.window_block_ids)
             else:
                 self.manager.complete_load(job.keys)
                 loaded += job.keys
