@@ -16,6 +16,8 @@ vLLM runs (design sections 7, 9, 10), TOML-shaped, valid by construction.
   cache groups (full attention and windows, every retention form), a CPU tier from one block
   to three times the largest request's blocks over all groups, and prompts repeated late, when
   the GPU pool has moved on and the CPU tier gives the window groups' chunks back.
+  ``random_offloading_groups_spec_raw_scenario(seed)``: the same with EAGLE drafts (1-3
+  speculative tokens, each decode step accepting 0 to k).
 
 Standard library and the project's scenario generators only (never vLLM).
 """
@@ -162,4 +164,16 @@ def random_offloading_groups_raw_scenario(seed: int) -> dict[str, Any]:
         steps.extend({"op": "step"} for _ in range(rng.randint(1, 12)))
     raw["steps"] = steps
     raw["title"] = f"random engine steps with the offloading connector and hybrid KV cache groups (seed {seed})"
+    return raw
+
+
+def random_offloading_groups_spec_raw_scenario(seed: int) -> dict[str, Any]:
+    raw = copy.deepcopy(random_offloading_groups_raw_scenario(seed))
+    rng = random.Random(f"offloading-groups-spec:{seed}")
+    k = rng.randint(1, 3)
+    raw["engine"]["speculative"] = {"method": "eagle", "num_speculative_tokens": k}
+    for step in raw["steps"]:
+        if step["op"] == "arrive":
+            step["accepted"] = [rng.randint(0, k) for _ in step["output"]]
+    raw["title"] = f"random offloading with hybrid KV cache groups and EAGLE drafts (seed {seed})"
     return raw

@@ -6,7 +6,9 @@ Random scenarios (``random_offloading_groups_raw_scenario``: full attention and 
 either order, sometimes two windows or a coarser group, every retention form; a CPU tier
 that is sometimes too small; prompts repeated after the GPU prefix cache forgot them) under
 both schedulers, compared field by field with zero differences: 40 seeds under 0.31.0, 12
-under 0.33.0. The goldens tests/scenario/golden/engine_steps/offloading_groups_*.toml run
+under 0.33.0; the same with EAGLE drafts (12 and 6 seeds); and the one case vLLM fails on
+(a store naming a window block twice after a reset) stopping both replays at the same step.
+The goldens tests/scenario/golden/engine_steps/offloading_groups_*.toml run
 with the other engine-step goldens in test_engine_steps_conformance.py; here: that they exist
 and go to this driver. A missing vLLM fails, as the whole tier does.
 """
@@ -22,8 +24,11 @@ from explorer.errors import BadInput
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario, parse_scenario_dict
 from tests.conformance.engine_step_scenarios import under_both_schedulers
-from tests.conformance.fidelity_scenarios import random_offloading_groups_raw_scenario
-from tests.conformance.oracle import RELEASES, at_release, compare
+from tests.conformance.fidelity_scenarios import (
+    random_offloading_groups_raw_scenario,
+    random_offloading_groups_spec_raw_scenario,
+)
+from tests.conformance.oracle import RELEASES, at_release, compare, refusal
 from tests.conformance.sched_oracle import VllmSchedOffloadingGroupsOracle, golden_paths, oracle_kind
 
 pytestmark = pytest.mark.conformance
@@ -125,3 +130,32 @@ def test_a_store_naming_a_window_block_twice_stops_both_replays_at_the_same_step
     assert "KeyError" in theirs["error"], theirs["error"]
     assert mine is not None and "names one window-group block twice" in mine and "\n" not in mine
     assert _stopped_at(mine) == _stopped_at(theirs["error"])
+
+
+SPEC_SEEDS = {"0.31.0": range(12), "0.33.0": range(6)}
+
+
+def test_random_offloading_groups_scenarios_with_drafts_match_vllm(groups_oracle):
+    """With EAGLE drafts too, under both schedulers and both releases."""
+    scs = []
+    for seed in SPEC_SEEDS[groups_oracle.vllm]:
+        for r in under_both_schedulers(random_offloading_groups_spec_raw_scenario(seed)):
+            sc = parse_scenario_dict(
+                r, f"random offloading groups with drafts seed {seed} ({r['engine']['scheduler']})"
+            )
+            assert refusal(sc, groups_oracle.vllm) is None, sc.source
+            scs.append(at_release(sc, groups_oracle))
+    answers = groups_oracle.replay_many(sc.normalized(sc.engine.hash_seed or None) for sc in scs)
+    differing, rolled_back, loads = {}, 0, 0
+    for sc, theirs in zip(scs, answers, strict=True):
+        assert "error" not in theirs, (sc.source, theirs)
+        trace = replay(sc)
+        diffs = compare(trace.to_json(), theirs)
+        if diffs:
+            differing[sc.source] = diffs[:5]
+        rolled_back += sum(1 for st in trace.steps for d in st.drafts if d.num_rejected)
+        loads += sum(
+            1 for st in trace.steps if st.engine_step for r in st.engine_step.connector if r.kind == "cpu_load"
+        )
+    assert differing == {}, f"{len(differing)} of {len(scs)} scenarios differ: {differing}"
+    assert rolled_back >= 10 and loads >= 2, (rolled_back, loads)
