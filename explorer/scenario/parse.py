@@ -36,7 +36,6 @@ from explorer.scenario.parse_arrive import LoraRegistry, parse_arrive, parse_tok
 from explorer.scenario.parse_connector import (
     ConnectorSpec,
     check_expects,
-    check_offloading_alone,
     check_step_arrive,
     parse_connector,
 )
@@ -269,7 +268,6 @@ def parse_scenario_dict(data: Mapping[str, Any], source: str = "<scenario>", lim
     groups = parse_groups(ctx.fail, data.get("engine"), engine.block_size, MAX_BLOCK_SIZE)  # section 8
     vllm = parse_release(ctx.fail, data.get("engine"))  # section 15
     check_release(ctx.fail, vllm, groups)
-    check_offloading_alone(ctx.fail, kv, groups)
     refuse_connector(ctx.fail, groups, kv is not None, steps)
     parser = StepParser(source, hashing_engine(engine, groups), limits, engine_steps, kv)
     ops = tuple(check_expects(ctx.fail, parser.parse(i, s), kv) for i, s in enumerate(steps))

@@ -101,17 +101,6 @@ def parse_connector(fail: Fail, raw_engine: Any, engine_steps: bool) -> Connecto
     return ConnectorSpec(kind, "async", policy, cpu_blocks)
 
 
-def check_offloading_alone(fail: Fail, kv: ConnectorSpec | None, groups: object) -> None:
-    """The offloading connector is modelled for one full-attention group: with hybrid groups
-    it is refused (vLLM's connector handles them with sliding-window chunks, not modelled
-    here). With speculative decoding it runs as vLLM's does for a group not marked as the
-    drafter's: it stores prompt blocks only, so EAGLE's volatile decode tail never arises."""
-    if kv is None or kv.kind != "offloading":
-        return
-    if groups is not None:
-        raise fail("engine.kv_connector", 'kind = "offloading" with kv_cache_groups is not modelled (one group only)')
-
-
 def parse_external(
     fail: Fail,
     label: str,

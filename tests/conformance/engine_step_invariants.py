@@ -131,8 +131,9 @@ def check_invariants(scenario: dict[str, Any], result: dict[str, Any]) -> list[s
         for ev in entry["events"]:
             if offloading and ev.get("medium") == "CPU":
                 # The CPU tier's events (design section 10): one chunk a BlockStored, vLLM's
-                # placeholder payload; with GPU caching off the tier still caches.
-                if not events_on or _bad_cpu_event(ev):
+                # placeholder payload naming the chunk's group (section 8); with GPU caching off
+                # the tier still caches.
+                if not events_on or _bad_cpu_event(ev, len(eng.get("kv_cache_groups") or [None])):
                     bad.append(f"{where}: CPU tier event {ev}")
                 continue
             if not events_on or (not caching and ev.get("type") != "AllBlocksCleared"):
@@ -156,9 +157,11 @@ def check_invariants(scenario: dict[str, Any], result: dict[str, Any]) -> list[s
     return bad
 
 
-def _bad_cpu_event(ev: dict[str, Any]) -> bool:
+def _bad_cpu_event(ev: dict[str, Any], num_groups: int) -> bool:
+    if ev.get("group_idx") not in range(num_groups):
+        return True
     if ev.get("type") == "BlockStored":
-        placeholder = ev.get("token_ids") == [] and ev.get("block_size") == 0 and ev.get("group_idx") == 0
+        placeholder = ev.get("token_ids") == [] and ev.get("block_size") == 0
         return len(ev.get("block_hashes", [])) != 1 or not placeholder
     return ev.get("type") != "BlockRemoved" or not ev.get("block_hashes")
 

@@ -12,6 +12,12 @@ vLLM runs (design sections 7, 9, 10), TOML-shaped, valid by construction.
 - ``random_spec_threshold_raw_scenario(seed)``: drafts with ``long_prefill_token_threshold``
   in 1..k: vLLM runs it, asserting only when the threshold cuts a padded admission (then
   both replays stop at that step).
+- ``random_offloading_groups_raw_scenario(seed)``: the offloading connector with hybrid KV
+  cache groups (full attention and windows, every retention form), a CPU tier from one block
+  to three times the largest request's blocks over all groups, and prompts repeated late, when
+  the GPU pool has moved on and the CPU tier gives the window groups' chunks back.
+  ``random_offloading_groups_spec_raw_scenario(seed)``: the same with EAGLE drafts (1-3
+  speculative tokens, each decode step accepting 0 to k).
 
 Standard library and the project's scenario generators only (never vLLM).
 """
@@ -113,4 +119,61 @@ def random_spec_threshold_raw_scenario(seed: int) -> dict[str, Any]:
     k = raw["engine"]["speculative"]["num_speculative_tokens"]
     raw["engine"]["long_prefill_token_threshold"] = rng.randint(1, k)
     raw["title"] = f"random speculative steps with long_prefill_token_threshold <= k (seed {seed})"
+    return raw
+
+
+def random_offloading_groups_raw_scenario(seed: int) -> dict[str, Any]:
+    raw = copy.deepcopy(random_raw_scenario(seed, hybrid=True))
+    rng = random.Random(f"offloading-groups:{seed}")
+    eng = raw["engine"]
+    bs = eng["block_size"]
+    sizes = [g.get("block_size", bs) for g in eng["kv_cache_groups"]]
+    arrivals = [s for s in raw["steps"] if s["op"] == "arrive"]
+    largest = max(sum(_cdiv(len(r["prompt"]), b) for b in sizes) for r in arrivals)
+    eng["kv_connector"] = {
+        "kind": "offloading",
+        "cpu_blocks": rng.randint(1, 3 * largest + 1) if rng.random() < 0.3 else rng.randint(largest, 3 * largest + 1),
+        "failure_policy": rng.choice(("fail", "recompute")),
+    }
+    # As for one group, what vLLM takes from a set is left out: one abort at most, and resets
+    # without running.
+    steps: list[dict[str, Any]] = []
+    aborted = False
+    for step in raw["steps"]:
+        if step["op"] == "abort":
+            if aborted:
+                continue
+            aborted = True
+        if step["op"] == "reset":
+            step = {**step, "running": False, "external": rng.random() < 0.5}
+        steps.append(step)
+    for n in range(rng.randint(1, 3)):
+        again = rng.choice(arrivals)
+        repeat = {**again, "id": f"{again['id']}-again{n}"}
+        if rng.random() < 0.4:
+            at = steps.index(again) + rng.randint(1, 3)
+            steps[at:at] = [repeat]
+        else:
+            if rng.random() < 0.6:
+                steps.extend({"op": "step"} for _ in range(40))  # mostly drained by then
+                # The GPU prefix cache forgets (if nothing holds blocks), the CPU tier keeps.
+                steps.append({"op": "reset", "running": False, "external": False})
+            else:
+                steps.extend({"op": "step"} for _ in range(rng.randint(4, 16)))
+            steps.append(repeat)
+        steps.extend({"op": "step"} for _ in range(rng.randint(1, 12)))
+    raw["steps"] = steps
+    raw["title"] = f"random engine steps with the offloading connector and hybrid KV cache groups (seed {seed})"
+    return raw
+
+
+def random_offloading_groups_spec_raw_scenario(seed: int) -> dict[str, Any]:
+    raw = copy.deepcopy(random_offloading_groups_raw_scenario(seed))
+    rng = random.Random(f"offloading-groups-spec:{seed}")
+    k = rng.randint(1, 3)
+    raw["engine"]["speculative"] = {"method": "eagle", "num_speculative_tokens": k}
+    for step in raw["steps"]:
+        if step["op"] == "arrive":
+            step["accepted"] = [rng.randint(0, k) for _ in step["output"]]
+    raw["title"] = f"random offloading with hybrid KV cache groups and EAGLE drafts (seed {seed})"
     return raw

@@ -25,12 +25,14 @@ from tests.conformance.oracle import DRIVERS, REPO_ROOT, VllmOracle, compare
 SCHED_DRIVER = DRIVERS / "vllm_sched_driver.py"
 ASYNC_DRAFTS_DRIVER = DRIVERS / "vllm_sched_async_drafts_driver.py"
 ASYNC_CONNECTOR_DRAFTS_DRIVER = DRIVERS / "vllm_sched_async_connector_drafts_driver.py"
+OFFLOADING_GROUPS_DRIVER = DRIVERS / "vllm_sched_offloading_groups_driver.py"
 GOLDEN_DIR = REPO_ROOT / "tests" / "scenario" / "golden" / "engine_steps"
 
 __all__ = [
     "GOLDEN_DIR",
     "VllmSchedAsyncConnectorDraftsOracle",
     "VllmSchedAsyncDraftsOracle",
+    "VllmSchedOffloadingGroupsOracle",
     "VllmSchedOracle",
     "compare",
     "expected_path",
@@ -66,18 +68,33 @@ class VllmSchedAsyncConnectorDraftsOracle(VllmSchedOracle):
     driver = ASYNC_CONNECTOR_DRAFTS_DRIVER
 
 
+class VllmSchedOffloadingGroupsOracle(VllmSchedOracle):
+    """vllm_sched_offloading_groups_driver.py: the offloading connector with kv_cache_groups
+    (each completed store's events in token, then group order); no other scenario."""
+
+    driver = OFFLOADING_GROUPS_DRIVER
+
+
 def oracle_kind(scenario) -> type[VllmSchedOracle]:
-    """The driver an engine-step scenario (parsed, or normalized) is asked of: drafts under the
+    """The driver an engine-step scenario (parsed, or normalized) is asked of: the offloading
+    connector with kv_cache_groups goes to the offloading-groups driver; else drafts under the
     async scheduler go to the async-drafts driver (with a KV connector, to the async
     connector-drafts driver), everything else to vllm_sched_driver.py."""
     if isinstance(scenario, dict):  # a normalized scenario (engine_step_scenarios.normalize)
         eng = scenario["engine"]
         drafts_under_async = eng.get("scheduler") == "async" and bool(eng.get("speculative"))
         connector = bool(eng.get("kv_connector"))
+        offloading_groups = (eng.get("kv_connector") or {}).get("kind") == "offloading" and bool(
+            eng.get("kv_cache_groups")
+        )
     else:
         sched, spec = getattr(scenario, "sched", None), getattr(scenario, "speculative", None)
         drafts_under_async = sched is not None and sched.scheduler == "async" and spec is not None
-        connector = getattr(scenario, "connector", None) is not None
+        kv = getattr(scenario, "connector", None)
+        connector = kv is not None
+        offloading_groups = kv is not None and kv.kind == "offloading" and getattr(scenario, "groups", None) is not None
+    if offloading_groups:
+        return VllmSchedOffloadingGroupsOracle
     if drafts_under_async and connector:
         return VllmSchedAsyncConnectorDraftsOracle
     return VllmSchedAsyncDraftsOracle if drafts_under_async else VllmSchedOracle

@@ -170,16 +170,8 @@ def test_what_vllm_fails_on_is_one_line_of_bad_input(vllm_sched_oracle, raw: dic
             {"external_tokens": 4, "invalid_external_blocks": [0]},
             "with more than one KV cache group vLLM cannot map a load's invalid blocks back to requests and raises",
         ),
-        (
-            {
-                "kv_cache_groups": [{"kind": "sliding_window", "sliding_window": 8}],
-                "kv_connector": {"kind": "offloading", "cpu_blocks": 8},
-            },
-            {},
-            'kind = "offloading" with kv_cache_groups is not modelled',
-        ),
     ],
-    ids=["hybrid_invalid_blocks", "offloading_groups"],
+    ids=["hybrid_invalid_blocks"],
 )
 def test_combinations_not_modelled_are_refused_in_one_line(engine: dict, arrive: dict, words: str):
     raw = {
@@ -203,12 +195,27 @@ def test_combinations_not_modelled_are_refused_in_one_line(engine: dict, arrive:
             "kv_connector": {"kind": "offloading", "cpu_blocks": 8},
             "speculative": {"method": "eagle", "num_speculative_tokens": 2},
         },
+        {
+            "kv_cache_groups": [{"kind": "sliding_window", "sliding_window": 8}],
+            "kv_connector": {"kind": "offloading", "cpu_blocks": 8},
+        },
+        {
+            "kv_cache_groups": [{"kind": "full_attention"}, {"kind": "sliding_window", "sliding_window": 8}],
+            "kv_connector": {"kind": "offloading", "cpu_blocks": 8},
+        },
     ],
-    ids=["connector_hybrid", "static_single_window", "offloading_spec"],
+    ids=[
+        "connector_hybrid",
+        "static_single_window",
+        "offloading_spec",
+        "offloading_single_window",
+        "offloading_hybrid",
+    ],
 )
 def test_combinations_vllm_runs_are_replayed(engine: dict):
-    """Once refused, now mirrored (compared with vLLM in test_feature_joins.py and the goldens
-    connector_hybrid_groups, connector_one_window_group, offloading_with_drafts)."""
+    """Once refused, now mirrored (compared with vLLM in test_feature_joins.py,
+    test_offloading_groups_conformance.py and the goldens connector_hybrid_groups,
+    connector_one_window_group, offloading_with_drafts, offloading_groups_*)."""
     raw = {
         "title": "combination",
         "engine": {"scheduler": "sync", **engine},

@@ -34,10 +34,12 @@ from tests.conformance.engine_step_scenarios import (
     random_offloading_raw_scenario,
     under_both_schedulers,
 )
+from tests.conformance.fidelity_scenarios import random_offloading_groups_raw_scenario
 from tests.conformance.oracle import DRIVERS, HERE, RELEASES, VllmOracle, at_release, modelled_cases, refusal, seeds_for
 from tests.conformance.sched_oracle import (
     VllmSchedAsyncConnectorDraftsOracle,
     VllmSchedAsyncDraftsOracle,
+    VllmSchedOffloadingGroupsOracle,
     golden_paths,
     oracle_kind,
 )
@@ -67,6 +69,7 @@ REQUIRED_033 = {"vllm:prompt_tokens_cached_by_source", "vllm:admission_rejection
 RANDOM_SEEDS = range(25)
 CONNECTOR_SEEDS = range(20)
 OFFLOADING_SEEDS = range(40)
+OFFLOADING_GROUPS_SEEDS = {"0.31.0": range(12), "0.33.0": range(6)}
 SPEC_SEEDS = range(40)
 ASYNC_SPEC_SEEDS = range(20)
 OFFLOAD_EXPORTED = {
@@ -96,9 +99,18 @@ class VllmMetricsAsyncConnectorDraftsOracle(VllmOracle):
     driver = DRIVERS / "vllm_metrics_async_connector_drafts_driver.py"
 
 
+class VllmMetricsOffloadingGroupsOracle(VllmOracle):
+    """The offloading connector with kv_cache_groups: the metrics driver around the
+    offloading-groups replay (the retention interval where vLLM's connector reads it)."""
+
+    driver = DRIVERS / "vllm_metrics_offloading_groups_driver.py"
+
+
 def metrics_kind(scenario) -> type[VllmOracle]:
     """The metrics driver a scenario is asked of (as sched_oracle.oracle_kind picks the replay's)."""
     kind = oracle_kind(scenario)
+    if kind is VllmSchedOffloadingGroupsOracle:
+        return VllmMetricsOffloadingGroupsOracle
     if kind is VllmSchedAsyncConnectorDraftsOracle:
         return VllmMetricsAsyncConnectorDraftsOracle
     return VllmMetricsAsyncDraftsOracle if kind is VllmSchedAsyncDraftsOracle else VllmMetricsOracle
@@ -361,6 +373,28 @@ def test_random_offloading_scenarios_match_vllm(vllm_oracles, release: str):
             seen["write_usage"] += d.get(f"vllm:kv_offload_cpu_cache_write_usage_perc{SERIES}", 0.0) > 0
             seen["read_usage"] += d.get(f"vllm:kv_offload_cpu_cache_read_usage_perc{SERIES}", 0.0) > 0
     assert all(v >= 10 for v in seen.values()), seen
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_random_offloading_groups_scenarios_match_vllm(vllm_oracles, release: str):
+    """The same with hybrid KV cache groups (vllm_metrics_offloading_groups_driver.py): every
+    group's stores share the CPU tier, so its allocation sizes and usage count them all."""
+    metrics_oracle = vllm_oracles.get(VllmMetricsOffloadingGroupsOracle, release)
+    scenarios = [
+        parse_scenario_dict(raw, f"random offloading groups seed {seed} ({raw['engine']['scheduler']})")
+        for seed in OFFLOADING_GROUPS_SEEDS[release]
+        for raw in under_both_schedulers(random_offloading_groups_raw_scenario(seed))
+    ]
+    assert {metrics_kind(sc) for sc in scenarios} == {VllmMetricsOffloadingGroupsOracle}
+    seen = {"failures": 0.0, "stores": 0.0, "external_hits": 0.0, "write_usage": 0}
+    for theirs in vllm_answers_equal_ours(metrics_oracle, scenarios):
+        s = theirs["final"]["samples"]
+        seen["failures"] += s.get(f"vllm:kv_offload_allocation_failure_total{SERIES}", 0.0)
+        seen["stores"] += s.get(f"vllm:kv_offload_cpu_allocation_size_count{SERIES}", 0.0)
+        seen["external_hits"] += s.get(f"vllm:external_prefix_cache_hits_total{SERIES}", 0.0)
+        for d in theirs["deltas"]:
+            seen["write_usage"] += d.get(f"vllm:kv_offload_cpu_cache_write_usage_perc{SERIES}", 0.0) > 0
+    assert all(v >= 3 for v in seen.values()), seen
 
 
 def test_the_speculative_goldens_log_the_spec_decoding_line_as_vllm(metrics_oracle, vllm_oracles):

@@ -204,12 +204,35 @@ def test_the_snapshot_budget_counts_the_cpu_tier():
     assert with_tier - snapshot_cells(static, record=True) == 4 * 4
 
 
-def test_offloading_with_hybrid_groups_is_bad_input():
-    extra = 'kv_cache_groups = [{ kind = "full_attention" }, { kind = "sliding_window", sliding_window = 32 }]'
-    text = HEAD.format(cpu=4, blocks=16, sched="sync", caching="true") + extra + "\n" + arrive("A", "0:40") + steps(1)
-    with pytest.raises(BadInput) as info:
-        parse_scenario_text(text, "bad.toml")
-    assert "with kv_cache_groups is not modelled" in str(info.value) and "\n" not in str(info.value)
+def _cpu_stored(step) -> list[tuple[int, object]]:
+    return [
+        (e.group_idx, e.block_hashes[0]) for e in step.events if type(e).__name__ == "BlockStored" and e.medium == "CPU"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("retention", "window_chunks"), [("", [4, 5]), ('"dense"', [0, 1, 2, 3, 4, 5]), ("64", [2, 3, 4, 5])]
+)
+def test_offloading_with_hybrid_groups_stores_every_group_the_window_only_what_a_hit_reaches(retention, window_chunks):
+    """Design sections 8 and 10 (compared with vLLM: test_offloading_groups_conformance.py and
+    the offloading_groups_* goldens): each group stores its own chunks in the one CPU tier, a
+    32-token window only the tails a later hit can reach (retention 0, vLLM's default: the
+    replay boundary's 2 blocks; dense: all; 64 tokens: each segment's tail and the boundary's)."""
+    extra = 'kv_cache_groups = [{ kind = "full_attention" }, { kind = "sliding_window", sliding_window = 32 }]\n'
+    if retention:  # the TOML value as written; none: vLLM's default, 0
+        extra += f"prefix_cache_retention_interval = {retention}\n"
+    sc = parse_scenario_text(
+        HEAD.format(cpu=16, blocks=40, sched="sync", caching="true") + extra + arrive("A", "0:100") + steps(2), "t.toml"
+    )
+    trace = replay(sc)
+    stored = _cpu_stored(trace.steps[1])
+    full = [h for g, h in stored if g == 0]
+    assert len(full) == 6
+    assert [h for g, h in stored if g == 1] == [full[i] for i in window_chunks]
+    # token order, the lower group first
+    order = [(full.index(h), g) for g, h in stored]
+    assert order == sorted(order)
+    assert len(trace.final.cpu_tier) == 6 + len(window_chunks)
 
 
 def test_offloading_with_drafts_stores_the_prompt_blocks_and_verifies_drafts():

@@ -49,10 +49,10 @@ class SchedulerOutput:
     # Not vLLM's either: every connector allocation of this schedule() (update_state_after_alloc
     # with its num_external_tokens, 0 for the admission after a load), in order.
     external: dict[str, int] = field(default_factory=dict)
-    # Group 0 of vLLM's req_to_new_blocks: a request admitted from the waiting queue, its whole
-    # block table; a running one, the blocks allocate_slots added (NewRequestData.block_ids,
+    # vLLM's req_to_new_blocks, every group: a request admitted from the waiting queue, its
+    # whole block table; a running one, the blocks allocate_slots added (NewRequestData.block_ids,
     # CachedRequestData.new_block_ids); filled only with a KV connector.
-    new_block_ids: dict[str, list[int]] = field(default_factory=dict)
+    new_block_ids: dict[str, tuple[list[int], ...]] = field(default_factory=dict)
     # req_id -> the drafts scheduled with it (placeholders -1 for a padded admission).
     scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)
 

@@ -121,7 +121,7 @@ class Scheduler(WaitingPass, FinishAndReset):
         scheduled_running_reqs: list[Request] = []
         preempted_reqs: list[Request] = []
         num_scheduled_tokens: dict[str, int] = {}
-        new_block_ids: dict[str, list[int]] = {}
+        new_block_ids: dict[str, tuple[list[int], ...]] = {}
         token_budget = self.max_num_scheduled_tokens  # vLLM's input budget is the same here
 
         # The threshold stops a long prefill from starving others; with one eligible request
@@ -182,7 +182,7 @@ class Scheduler(WaitingPass, FinishAndReset):
 
             scheduled_running_reqs.append(request)
             if self.connector is not None:
-                new_block_ids[request.request_id] = new_blocks.get_block_ids_of_group(0)
+                new_block_ids[request.request_id] = new_blocks.get_block_ids()
             num_scheduled_tokens[request.request_id] = num_new_tokens
             token_budget -= num_new_tokens
             req_index += 1
@@ -196,7 +196,7 @@ class Scheduler(WaitingPass, FinishAndReset):
             )
             if self.connector is not None:  # what the connector sees of the step's blocks
                 for r in (*scheduled_new_reqs, *scheduled_resumed_reqs):
-                    new_block_ids[r.request_id] = self.kv_cache_manager.get_block_ids(r.request_id)[0]
+                    new_block_ids[r.request_id] = self.kv_cache_manager.get_block_ids(r.request_id)
 
         total_num_scheduled_tokens = sum(num_scheduled_tokens.values())
         assert total_num_scheduled_tokens <= self.max_num_scheduled_tokens

@@ -1,26 +1,29 @@
 """The `offloading` connector: vLLM 0.31.0's (or 0.33.0's) `OffloadingConnector`, scheduler
 side (distributed/kv_transfer/kv_connector/v1/offloading_connector.py, offloading/scheduler.py),
-over the CPU tier of cpu_tier.py; one KV cache group of full attention, one GPU block per
-chunk, the LRU policy, prompt tokens only (vLLM's defaults).
+over the CPU tier of cpu_tier.py; one GPU block per chunk, the LRU policy, prompt tokens only
+(vLLM's defaults). With hybrid KV cache groups every group keys, looks up, loads and stores its
+own chunks in the one tier (offload_groups.py).
 
 - ``get_num_new_matched_tokens``: a request with a transfer job in flight waits (None);
-  else the chunks after the block-aligned local hit are looked up in order, up to the
-  request's last full block: the run of hits is offered (loaded asynchronously), and a chunk
-  still being written (or, with prefix caching, being loaded by another request) makes the
-  answer None: ask again next step. Less than one chunk is no hit.
-- ``update_state_after_alloc`` with external tokens: a load job for the allocated blocks
-  past the local hit (their chunks are pinned); the loaded blocks are not stored again.
+  else the chunks after the block-aligned local hit are looked up group by group
+  (offload_lookup.py): the hit is offered (loaded asynchronously); a chunk still being
+  written (or, with prefix caching, being loaded by another request) makes it None.
+- ``update_state_after_alloc`` with external tokens: one load job for every group's
+  allocated blocks past the local hit (their chunks are pinned); the loaded blocks are not
+  stored again.
 - ``build_connector_meta``: the step's load jobs, and a store job per scheduled (or just
   finished) request for its prompt blocks that will be computed after this batch and are not
-  stored yet; the tier may refuse a store (too few evictable chunks), and the request tries
-  again at its next step. A finished request's chunks become the most recently used.
-- ``update_connector_output``: the worker's completed jobs: stores become ready, loads unpin.
+  stored yet (a window group: only those a later hit can reach, never a block it lost and the
+  pool gave out again this step); the tier may refuse a store (too few evictable chunks), and
+  the request tries again at its next step. A finished request's chunks become the most
+  recently used.
+- ``update_connector_output``: the worker's completed jobs: stores become ready (one
+  BlockStored each, in token order, the lower group first), loads unpin.
 - ``reset_cache`` forgets the tier; jobs in flight are dropped (their reports ignored).
 - ``get_kv_connector_stats`` (each update): the stores refused since the last update, with
   the tier's own stats (``CPUOffloadingManager.get_stats``).
-A `KVCacheObserver` hears each store (with what it evicted, or that it was refused), each
-load, and what each update completed. `OffloadingWorker` plays the worker: every job of a
-batch completes with that batch's output.
+A `KVCacheObserver` hears each store, load and update (by block hash). `OffloadingWorker`
+plays the worker: every job of a batch completes with that batch's output.
 """
 
 from __future__ import annotations
@@ -30,18 +33,30 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from explorer.core.errors import SchedulingError
-from explorer.core.events import BlockRemoved, BlockStored, KVCacheEvent
-from explorer.core.hashing import BlockHash, maybe_convert_block_hash
+from explorer.core.events import KVCacheEvent
 from explorer.core.metrics import HOST
 from explorer.core.release import VLLM_0_31, VllmRelease
 from explorer.core.request import RequestStatus
 from explorer.core.sched.kv_connector.base import ConnectorWorker, KVConnectorBase, KVTransferConfig
-from explorer.core.sched.kv_connector.cpu_tier import (
-    CPUChunk,
-    CPUOffloadingManager,
-    LookupResult,
-    OffloadKey,
-    ReqContext,
+from explorer.core.sched.kv_connector.cpu_tier import CPUChunk, CPUOffloadingManager, OffloadKey, ReqContext
+from explorer.core.sched.kv_connector.offload_groups import (
+    RequestGroupState,
+    RequestOffloadState,
+    block_hashes_of,
+    cdiv,
+    cpu_kv_events,
+    group_configs,
+    offload_block_hash,
+    offload_group_idx,
+    offload_layout,
+    single_group,
+)
+from explorer.core.sched.kv_connector.offload_lookup import lookup_complete_chunks
+from explorer.core.sched.kv_connector.offload_store import (
+    check_window_sources,
+    forget_reallocated,
+    store_candidates,
+    store_sources,
 )
 from explorer.core.sched.output import KVConnectorOutput, OffloadingConnectorStats
 
@@ -50,8 +65,6 @@ if TYPE_CHECKING:
     from explorer.core.kv_cache_observer import KVCacheObserver
     from explorer.core.request import Request
     from explorer.core.sched.output import SchedulerOutput
-
-MEDIUM_CPU = "CPU"
 
 
 @dataclass(frozen=True)
@@ -68,28 +81,11 @@ class OffloadingMetadata:
 
 
 @dataclass
-class RequestOffloadState:
-    req: Request
-    ctx: ReqContext
-    offload_keys: list[OffloadKey] = field(default_factory=list)
-    block_ids: list[int] = field(default_factory=list)  # the request's GPU blocks, as scheduled
-    next_stored_chunk_idx: int = 0
-    num_locally_computed_tokens: int = 0
-    transfer_jobs: set[int] = field(default_factory=set)
-    finished_signaled: bool = False
-
-    def update_offload_keys(self, block_size: int) -> None:
-        for i in range(len(self.offload_keys), len(self.req.block_hashes)):
-            key = bytes(self.req.block_hashes[i])
-            self.offload_keys.append(key)
-            self.ctx.positions[key] = (i + 1) * block_size
-
-
-@dataclass
 class JobStatus:
     req_id: str
     keys: tuple[OffloadKey, ...]
     is_store: bool
+    window_block_ids: tuple[int, ...] = ()  # a store's window-group sources (vLLM fences them)
 
 
 class OffloadingConnector(KVConnectorBase):
@@ -114,8 +110,11 @@ class OffloadingConnector(KVConnectorBase):
         self.manager = CPUOffloadingManager(cpu_blocks, enable_events, release.request_scoped_cpu_lru)
         self.use_int_block_hashes = use_int_block_hashes
         self.observer: KVCacheObserver | None = None
+        self.layout = offload_layout(single_group(block_size), None)
         self._req_status: dict[str, RequestOffloadState] = {}
         self._current_batch_load_jobs: dict[int, TransferJob] = {}
+        # GPU blocks the step's allocations handed out (a window group's stale ids are zeroed).
+        self._current_batch_allocated_block_ids: set[int] = set()
         # With prefix caching, chunks being loaded: another request hitting them waits.
         self._chunks_being_loaded: set[OffloadKey] | None = set() if enable_prefix_caching else None
         self._job_counter = 0
@@ -130,6 +129,11 @@ class OffloadingConnector(KVConnectorBase):
 
     def bind_kv_cache_manager(self, kv_cache_manager: KVCacheManager) -> None:
         self.observer = kv_cache_manager.observer
+        if kv_cache_manager.hybrid:
+            self.layout = offload_layout(
+                group_configs(kv_cache_manager.kv_cache_groups, kv_cache_manager.hash_block_size),
+                kv_cache_manager.coordinator.retention_interval,
+            )
 
     def _job_id(self) -> int:
         self._job_counter += 1
@@ -140,7 +144,8 @@ class OffloadingConnector(KVConnectorBase):
     def on_new_request(self, request: Request) -> None:
         ctx = ReqContext(request.request_id)
         self.manager.on_new_request(ctx)
-        self._req_status[request.request_id] = RequestOffloadState(request, ctx)
+        groups = tuple(RequestGroupState() for _ in self.layout.groups)
+        self._req_status[request.request_id] = RequestOffloadState(request, ctx, groups)
 
     def still_tracks(self, request_id: str) -> bool:
         """A finished request's state lives until its last stores complete (its next step)."""
@@ -148,87 +153,102 @@ class OffloadingConnector(KVConnectorBase):
 
     def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int | None, bool]:
         st = self._req_status[request.request_id]
-        st.block_ids.clear()
+        st.clear_block_ids()
         if self.release.lookup_restarts_stores:
             # 0.33.0 offers every chunk again from token 0 (offloading/scheduler.py:1243-1245 in 0.33.0).
-            st.next_stored_chunk_idx = 0
+            for gs in st.groups:
+                gs.next_stored_chunk_idx = 0
         if st.transfer_jobs:
             return None, False  # a store or load of this request is still in flight
-        st.update_offload_keys(self.block_size)
+        st.update_offload_keys(self.layout.groups)
         st.num_locally_computed_tokens = num_computed_tokens
-        hits = 0 if request.skip_reading_prefix_cache else self._lookup(st, num_computed_tokens)
+        hits = 0 if request.skip_reading_prefix_cache else self._lookup(st)
         return hits, bool(hits)
 
-    def _lookup(self, st: RequestOffloadState, num_computed: int) -> int | None:
-        bs = self.block_size
-        max_hit = min(st.req.num_tokens, len(st.offload_keys) * bs)
-        if max_hit - num_computed < bs:
-            return 0
-        start = num_computed // bs
-        hit_chunks, pending = 0, False
-        for key in st.offload_keys[start : -(-max_hit // bs)]:
-            result = self.manager.lookup(key)
-            if result == LookupResult.MISS:
-                break
-            pending = pending or result == LookupResult.HIT_PENDING
-            hit_chunks += 1
-        if pending:
-            return None
-        if hit_chunks == 0:
-            return 0
-        num_hit = min(max_hit, bs * (start + hit_chunks)) - num_computed
-        if num_hit < bs:
-            return 0
+    def _lookup(self, st: RequestOffloadState) -> int | None:
+        num_computed = st.num_locally_computed_tokens
+        num_hit = lookup_complete_chunks(self.layout, st, self.manager.lookup)
+        if not num_hit:
+            return num_hit
         if self._chunks_being_loaded:
-            end = -(-(num_computed + num_hit) // bs)
-            if any(k in self._chunks_being_loaded for k in st.offload_keys[start:end]):
-                return None
+            end_tokens = num_computed + num_hit
+            for gc, gs in zip(self.layout.groups, st.groups):
+                keys = gs.offload_keys[num_computed // gc.tokens_per_chunk : cdiv(end_tokens, gc.tokens_per_chunk)]
+                window = gc.load_window_size_in_chunks(end_tokens)
+                if window is not None:
+                    keys = keys[-window:]
+                if any(k in self._chunks_being_loaded for k in keys):
+                    return None
         return num_hit
 
     def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int) -> None:
         if num_external_tokens == 0:
             return
         st = self._req_status[request.request_id]
-        bs = self.block_size
         local = st.num_locally_computed_tokens
         num_cached = local + num_external_tokens
-        table = blocks.blocks[0]
-        num_gpu_blocks = -(-num_cached // bs)
-        start = next(
-            (i for i in range(-(-local // bs), num_gpu_blocks) if not table[i].is_null and table[i].block_hash is None),
-            num_gpu_blocks,
-        )
-        keys = tuple(st.offload_keys[start:num_gpu_blocks]) if num_gpu_blocks > start else ()
-        st.next_stored_chunk_idx = num_gpu_blocks  # the loaded chunks are not stored again
+        keys: list[OffloadKey] = []
+        dst: list[int] = []
+        for gc, gs in zip(self.layout.groups, st.groups):
+            table = blocks.blocks[gc.group_idx]
+            self._current_batch_allocated_block_ids.update(b.block_id for b in table if b.block_id != 0)
+            bs = gc.tokens_per_chunk
+            num_gpu_blocks = cdiv(num_cached, bs)
+            start = next(
+                (
+                    i
+                    for i in range(cdiv(local, bs), num_gpu_blocks)
+                    if not table[i].is_null and table[i].block_hash is None
+                ),
+                num_gpu_blocks,
+            )
+            if num_gpu_blocks > start:
+                keys += gs.offload_keys[start:num_gpu_blocks]
+            dst += [b.block_id for b in table[start:num_gpu_blocks]]
+            gs.next_stored_chunk_idx = num_gpu_blocks  # the loaded chunks are not stored again
         self.manager.prepare_load(keys, st.ctx)
         job_id = self._job_id()
-        dst = tuple(b.block_id for b in table[start:num_gpu_blocks])
-        self._current_batch_load_jobs[job_id] = TransferJob(request.request_id, keys, dst)
+        self._current_batch_load_jobs[job_id] = TransferJob(request.request_id, tuple(keys), tuple(dst))
         assert not st.transfer_jobs, "a load is issued only with no job in flight"
         st.transfer_jobs.add(job_id)
-        self._jobs[job_id] = JobStatus(request.request_id, keys, is_store=False)
+        self._jobs[job_id] = JobStatus(request.request_id, tuple(keys), is_store=False)
         if self._chunks_being_loaded is not None:
             self._chunks_being_loaded.update(keys)
         if self.observer is not None:
-            self.observer.on_cpu_load(request.request_id, keys, dst)
+            self.observer.on_cpu_load(request.request_id, block_hashes_of(keys), tuple(dst))
 
     # ---- the step's metadata -----------------------------------------------------------------
 
-    def build_connector_meta(self, scheduler_output: SchedulerOutput) -> OffloadingMetadata:
-        so = scheduler_output
+    def _update_req_states(self, so: SchedulerOutput) -> None:
+        """Every group's new blocks; then, in a window group, a pending chunk's block that the
+        pool handed out again this step is forgotten (0: never stored from, ``_update_req_states``, offloading/scheduler.py:1212-1262)."""
         resumed = set(so.scheduled_resumed_reqs)
+        ends: dict[str, tuple[int, ...]] = {}
         for rid in (*so.scheduled_new_reqs, *so.scheduled_running_reqs, *so.scheduled_resumed_reqs):
             st = self._req_status[rid]
-            st.update_offload_keys(self.block_size)
+            st.update_offload_keys(self.layout.groups)
             if rid in resumed:
-                st.block_ids.clear()
-            st.block_ids.extend(so.new_block_ids.get(rid, ()))
+                st.clear_block_ids()
+            new = so.new_block_ids.get(rid)
+            if new is None:
+                continue
+            ends[rid] = tuple(len(st.groups[g].block_ids) for g in self.layout.window_groups)
+            for gc, gs in zip(self.layout.groups, st.groups):
+                ids = new[gc.group_idx]
+                gs.block_ids.extend(ids)
+                self._current_batch_allocated_block_ids.update(b for b in ids if b != 0)
+        forget_reallocated(
+            self._req_status.values(), self.layout.window_groups, ends, self._current_batch_allocated_block_ids
+        )
+
+    def build_connector_meta(self, scheduler_output: SchedulerOutput) -> OffloadingMetadata:
+        so = scheduler_output
+        self._update_req_states(so)
         for rid in so.preempted_req_ids:
             # vLLM flushes a preempted request's jobs and asserts they are stores
-            # (offloading/scheduler.py:1788-1794): a request the reset preempted that loads
-            # from the CPU tier in the same schedule trips it. Refused, as vLLM cannot run it.
-            # 0.33.0 leaves this step's new loads out of the flush, so it runs that case
-            # (offloading/scheduler.py:2137-2151 in 0.33.0).
+            # (offloading/scheduler.py:1788-1794): a request the reset preempted that loads in
+            # the same schedule trips it (refused); 0.33.0 leaves this step's new loads out of
+            # the flush, so it runs that case (offloading/scheduler.py:2137-2151 in 0.33.0).
             pending = self._req_status.get(rid)
             if pending is None:
                 continue
@@ -250,6 +270,7 @@ class OffloadingConnector(KVConnectorBase):
             if not st_or_none.transfer_jobs:
                 del self._req_status[rid]
         self._current_batch_load_jobs = {}
+        self._current_batch_allocated_block_ids = set()
         return meta
 
     def _num_offloadable_tokens(self, req: Request, num_tokens: int) -> int:
@@ -268,37 +289,35 @@ class OffloadingConnector(KVConnectorBase):
                 after = max(req.num_prompt_tokens, req.num_tokens - 1)
             else:
                 after = req.num_computed_tokens + so.num_scheduled_tokens[rid]
-            num_chunks = min(
-                self._num_offloadable_tokens(req, after) // self.block_size, len(st.block_ids), len(st.offload_keys)
-            )
-            start = st.next_stored_chunk_idx
-            keys = [k for k, b in zip(st.offload_keys[start:num_chunks], st.block_ids[start:num_chunks]) if b != 0]
+            num_offloadable = self._num_offloadable_tokens(req, after)
+            prompt_offloadable = self._num_offloadable_tokens(req, req.num_prompt_tokens)
+            keys, ranges = store_candidates(self.layout, st, num_offloadable, prompt_offloadable)
             if not keys:
-                st.next_stored_chunk_idx = max(start, num_chunks)
+                st.advance_stored(ranges)
                 continue
             prepared = self.manager.prepare_store(keys, st.ctx)
             if prepared is None:  # too few evictable chunks: try again at the next step
                 self._allocation_failures += 1
                 if self.observer is not None:
-                    self.observer.on_cpu_store(rid, tuple(keys), (), True)
+                    self.observer.on_cpu_store(rid, block_hashes_of(keys), (), True)
                 continue
             to_store, evicted = prepared
             if not to_store:
-                st.next_stored_chunk_idx = max(start, num_chunks)
+                st.advance_stored(ranges)
                 continue
-            chosen = set(to_store)
-            src = tuple(
-                b for k, b in zip(st.offload_keys[start:num_chunks], st.block_ids[start:num_chunks]) if k in chosen
-            )
-            st.next_stored_chunk_idx = max(start, num_chunks)
+            src, window_src = store_sources(self.layout, st, ranges, set(to_store))
+            st.advance_stored(ranges)
             job_id = self._job_id()
             if st.transfer_jobs:
                 assert all(self._jobs[j].is_store for j in st.transfer_jobs), "a store is issued with no load pending"
             st.transfer_jobs.add(job_id)
-            self._jobs[job_id] = JobStatus(rid, tuple(to_store), is_store=True)
+            # Completed in token order, then by group (as the driver hands vLLM's key set over).
+            positions = st.ctx.positions
+            ordered = tuple(sorted(to_store, key=lambda k: (positions[k], offload_group_idx(k))))
+            self._jobs[job_id] = JobStatus(rid, ordered, is_store=True, window_block_ids=window_src)
             jobs[job_id] = TransferJob(rid, tuple(to_store), src)
             if self.observer is not None:
-                self.observer.on_cpu_store(rid, tuple(to_store), tuple(evicted), False)
+                self.observer.on_cpu_store(rid, block_hashes_of(to_store), block_hashes_of(evicted), False)
         return jobs
 
     def get_kv_connector_stats(self) -> OffloadingConnectorStats:
@@ -323,6 +342,7 @@ class OffloadingConnector(KVConnectorBase):
             st = self._req_status[job.req_id]
             if job.is_store:
                 stored += self.manager.complete_store(job.keys)
+                check_window_sources(job.req_id, job.window_block_ids)
             else:
                 self.manager.complete_load(job.keys)
                 loaded += job.keys
@@ -332,28 +352,18 @@ class OffloadingConnector(KVConnectorBase):
             if st.finished_signaled and not st.transfer_jobs:
                 del self._req_status[job.req_id]
         if self.observer is not None and (stored or loaded):
-            self.observer.on_cpu_jobs_done(tuple(stored), tuple(loaded))
+            self.observer.on_cpu_jobs_done(block_hashes_of(stored), block_hashes_of(loaded))
 
     def request_finished(self, request: Request, block_ids: Sequence[list[int]]) -> bool:
         """The last block's hash may be new; the store comes with the next step."""
         st = self._req_status.get(request.request_id)
         if st is not None:
-            st.update_offload_keys(self.block_size)
+            st.update_offload_keys(self.layout.groups)
         return False
 
     def take_events(self) -> list[KVCacheEvent]:
-        """Each stored chunk one BlockStored, each eviction one BlockRemoved: medium CPU, the
-        placeholder payload (one hash, no tokens, block_size 0, group 0)."""
-        out: list[KVCacheEvent] = []
-        for ev in self.manager.take_events():
-            if ev.metadata_only:
-                continue  # metadata_only: a failed store's chunks, no public removal (offloading/events.py:438-441 in 0.33.0)
-            hashes = [maybe_convert_block_hash(BlockHash(k), self.use_int_block_hashes) for k in ev.keys]
-            if ev.removed:
-                out.append(BlockRemoved(hashes, MEDIUM_CPU, group_idx=0))
-            else:
-                out.extend(BlockStored([h], None, [], 0, None, MEDIUM_CPU, None, group_idx=0) for h in hashes)
-        return out
+        """The tier's stores and evictions, medium CPU (``cpu_kv_events``)."""
+        return cpu_kv_events(self.manager.take_events(), self.use_int_block_hashes)
 
     def reset_cache(self) -> bool:
         """Forget the tier; jobs in flight are dropped and their reports ignored."""
@@ -364,7 +374,8 @@ class OffloadingConnector(KVConnectorBase):
                 del self._req_status[rid]
         self.manager.reset_cache()
         for st in self._req_status.values():
-            st.next_stored_chunk_idx = 0
+            for gs in st.groups:
+                gs.next_stored_chunk_idx = 0
             st.transfer_jobs.clear()
         self._stale_job_threshold = self._job_counter
         self._jobs.clear()
@@ -373,8 +384,8 @@ class OffloadingConnector(KVConnectorBase):
         return True
 
     def cpu_tier(self) -> list[CPUChunk]:
-        """The tier's chunks, least recently used first."""
-        return self.manager.lru_order()
+        """The tier's chunks, least recently used first, each by its block hash."""
+        return [CPUChunk(offload_block_hash(c.key), c.chunk_id, c.ref_cnt) for c in self.manager.lru_order()]
 
 
 class OffloadingWorker(ConnectorWorker):
