@@ -12,6 +12,7 @@ It never reads the core's state: a reason is what the core told, sorted by the r
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,18 +123,21 @@ class MissTracker(KVCacheObserver):
         self._lookups[request_id] = _Lookup(request_id, num_tokens, skipped=True)
 
     def on_lookup_blocks(
-        self, request_id: str, group_id: int, block_hashes: tuple[BlockHash, ...], cached: tuple[bool, ...]
+        self, request_id: str, group_id: int, block_hashes: tuple[BlockHash, ...], cached: Sequence[bool]
     ) -> None:
         suffix = make_block_hash_with_group_id(BlockHash(b""), group_id)
         get = self._removed.get
-        # Each block's story so far: cached now, or its last removal, or never cached.
-        history = [_CACHED if c else get(h + suffix, _NEVER) for h, c in zip(block_hashes, cached, strict=True)]
         holding = self._holding
         others = [(hs, done) for rid, (hs, done) in self._pending.items() if rid != request_id and rid in holding]
+        plain = self._plain_cached.get(group_id)
+        if not others and not plain and getattr(cached, "whole_prefixes", False):
+            history = _until_never(block_hashes, cached, get, suffix)
+        else:
+            # Each block's story so far: cached now, or its last removal, or never cached.
+            history = [_CACHED if c else get(h + suffix, _NEVER) for h, c in zip(block_hashes, cached, strict=True)]
         if others:
             in_flight = {h for hashes, done in others for h in hashes[done:]}
             history = [_IN_FLIGHT if x is not _CACHED and h in in_flight else x for h, x in zip(block_hashes, history)]
-        plain = self._plain_cached.get(group_id)
         if plain:  # the same token ids cached by a request with other extra keys
             history = [_OTHER_KEYS if x is _NEVER and _other(plain, h, h) else x for h, x in zip(block_hashes, history)]
         self._current = _Lookup(request_id, 0, group_id=group_id, history=tuple(history))
@@ -141,21 +145,23 @@ class MissTracker(KVCacheObserver):
         self._pending[request_id] = (block_hashes, 0)
 
     def on_lookup_without_extra_keys(
-        self, request_id: str, group_id: int, block_hashes: tuple[BlockHash, ...], cached: tuple[bool, ...]
+        self, request_id: str, group_id: int, block_hashes: tuple[BlockHash, ...], cached: Sequence[bool]
     ) -> None:
         lookup, own = self._current, self._current_hashes
         if lookup is None or lookup.request_id != request_id:
             return
         suffix = make_block_hash_with_group_id(BlockHash(b""), group_id)
         removed, plain = self._removed, self._plain_cached.get(group_id, {})
+        # A history cut at its first never-cached block: every later one was never cached either.
+        history = lookup.history + (_NEVER,) * (len(own) - len(lookup.history))
         # Never cached under its own keys, but its token ids were: cached now or removed since
         # (without keys), or cached by a request with other keys.
         lookup.history = (
             tuple(
                 _OTHER_KEYS if x is _NEVER and (c or (p + suffix) in removed or _other(plain, p, h)) else x
-                for p, h, c, x in zip(block_hashes, own, cached, lookup.history)
+                for p, h, c, x in zip(block_hashes, own, cached, history)
             )
-            + lookup.history[len(block_hashes) :]
+            + history[len(block_hashes) :]
         )
 
     def on_cache_without_extra_keys(
@@ -230,6 +236,22 @@ class MissTracker(KVCacheObserver):
         return out
 
 
+def _until_never(hashes: tuple[BlockHash, ...], cached: Sequence[bool], get: Any, suffix: bytes) -> list[Removal]:
+    """Each block's history up to the first never cached (cut there): the group caches whole
+    prefixes, so no later block of the chain was ever cached, and nothing else is in flight."""
+    history: list[Removal] = []
+    append = history.append
+    for i, h in enumerate(hashes):
+        if cached[i]:
+            append(_CACHED)
+            continue
+        removal = get(h + suffix)
+        if removal is None:
+            break
+        append(removal)
+    return history
+
+
 def _other(plain: dict[bytes, set[bytes]], token_ids: bytes, own: bytes) -> bool:
     """Whether the blocks with these token ids (hash without extra keys) were cached under
     a hash other than ``own``: under other extra keys."""
@@ -251,7 +273,9 @@ def classify(lk: _Lookup, bs: int) -> Miss:
     else:
         cap = min(first_cap, nb)
         hist = lk.history
-        mid = [hist[i].cause if i < len(hist) else "never_cached" for i in range(c0, cap)]
+        known = min(cap, len(hist))  # a history cut at a never-cached block: the rest are too
+        mid = [x.cause for x in hist[c0:known]]
+        mid += ["never_cached"] * (cap - max(c0, known))
         full_hit = min((lk.full_group_hit_tokens or 0) // bs, cap)
         for i in range(c0, full_hit):
             mid[i - c0] = "window"
