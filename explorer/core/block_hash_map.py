@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from typing import overload
 
 from explorer.core.hashing import BlockHash, BlockHashWithGroupId
 from explorer.core.kv_cache_utils import KVCacheBlock
@@ -104,13 +105,19 @@ class CachedMask(Sequence[bool]):
     def __len__(self) -> int:
         return len(self._hashes)
 
-    def __getitem__(self, i: int) -> bool:  # type: ignore[override]
-        h, cache = self._hashes[i], self._cache
-        return all((h + s) in cache for s in self._suffixes)
+    @overload
+    def __getitem__(self, i: int) -> bool: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[bool]: ...
+    def __getitem__(self, i: int | slice) -> bool | list[bool]:
+        cache, suffixes = self._cache, self._suffixes
+        if isinstance(i, slice):  # a run of blocks in one list comprehension
+            if len(suffixes) == 1:
+                (s,) = suffixes
+                return [(h + s) in cache for h in self._hashes[i]]
+            return [all((h + s) in cache for s in suffixes) for h in self._hashes[i]]
+        h = self._hashes[i]
+        return all((h + s) in cache for s in suffixes)
 
     def __iter__(self) -> Iterator[bool]:
-        cache, suffixes = self._cache, self._suffixes
-        if len(suffixes) == 1:
-            (s,) = suffixes
-            return iter([(h + s) in cache for h in self._hashes])
-        return iter([all((h + s) in cache for s in suffixes) for h in self._hashes])
+        return iter(self[:])

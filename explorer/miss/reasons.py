@@ -131,7 +131,7 @@ class MissTracker(KVCacheObserver):
         others = [(hs, done) for rid, (hs, done) in self._pending.items() if rid != request_id and rid in holding]
         plain = self._plain_cached.get(group_id)
         if not others and not plain and getattr(cached, "whole_prefixes", False):
-            history = _until_never(block_hashes, cached, get, suffix)
+            history = _until_never(block_hashes, cached, self._removed, suffix)
         else:
             # Each block's story so far: cached now, or its last removal, or never cached.
             history = [_CACHED if c else get(h + suffix, _NEVER) for h, c in zip(block_hashes, cached, strict=True)]
@@ -236,20 +236,21 @@ class MissTracker(KVCacheObserver):
         return out
 
 
-def _until_never(hashes: tuple[BlockHash, ...], cached: Sequence[bool], get: Any, suffix: bytes) -> list[Removal]:
-    """Each block's history up to the first never cached (cut there): the group caches whole
-    prefixes, so no later block of the chain was ever cached, and nothing else is in flight."""
-    history: list[Removal] = []
-    append = history.append
-    for i, h in enumerate(hashes):
-        if cached[i]:
-            append(_CACHED)
-            continue
-        removal = get(h + suffix)
-        if removal is None:
-            break
-        append(removal)
-    return history
+def _until_never(
+    hashes: tuple[BlockHash, ...], cached: Sequence[bool], removed: dict[bytes, Removal], suffix: bytes
+) -> list[Removal]:
+    """Each block's history up to the first never cached (cut there). The group caches whole
+    prefixes, so the blocks ever cached (cached now or removed since) are a prefix of the
+    chain, found by bisection; the rest were never cached, and nothing else is in flight."""
+    lo, hi = 0, len(hashes)  # ever cached below lo, never at hi and above
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if cached[mid] or (hashes[mid] + suffix) in removed:
+            lo = mid + 1
+        else:
+            hi = mid
+    get = removed.__getitem__
+    return [_CACHED if c else get(h + suffix) for h, c in zip(hashes[:lo], cached[:lo])]
 
 
 def _other(plain: dict[bytes, set[bytes]], token_ids: bytes, own: bytes) -> bool:
