@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import filterfalse
 from typing import overload
 
 from explorer.core.hashing import BlockHash, BlockHashWithGroupId
@@ -59,8 +60,7 @@ class BlockHashToBlockMap:
 
     def missing(self, keys: Sequence[BlockHashWithGroupId]) -> tuple[BlockHashWithGroupId, ...]:
         """The keys no block is cached under any more."""
-        cache = self._cache
-        return tuple(k for k in keys if k not in cache)
+        return tuple(filterfalse(self._cache.__contains__, keys))
 
     def get_all_blocks(self, key: BlockHashWithGroupId) -> list[KVCacheBlock]:
         """Every block cached under ``key``, in insertion order."""
