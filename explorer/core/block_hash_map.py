@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import filterfalse
+from typing import overload
 
 from explorer.core.hashing import BlockHash, BlockHashWithGroupId
 from explorer.core.kv_cache_utils import KVCacheBlock
@@ -51,15 +53,14 @@ class BlockHashToBlockMap:
             self._cache[key] = blocks
         return block
 
-    def cached_mask(self, hashes: Sequence[BlockHash], suffix: bytes) -> list[bool]:
-        """For each hash, whether ``hash + suffix`` (its key in one group) is in the map."""
-        cache = self._cache
-        return [(h + suffix) in cache for h in hashes]
+    def lazy_mask(self, hashes: Sequence[BlockHash], suffixes: Sequence[bytes], whole_prefixes: bool) -> CachedMask:
+        """For each hash, whether ``hash + suffix`` (its key in a group) is in the map for every
+        suffix, probed only where it is read (a lookup report's mask)."""
+        return CachedMask(self._cache, hashes, tuple(suffixes), whole_prefixes)
 
     def missing(self, keys: Sequence[BlockHashWithGroupId]) -> tuple[BlockHashWithGroupId, ...]:
         """The keys no block is cached under any more."""
-        cache = self._cache
-        return tuple(k for k in keys if k not in cache)
+        return tuple(filterfalse(self._cache.__contains__, keys))
 
     def get_all_blocks(self, key: BlockHashWithGroupId) -> list[KVCacheBlock]:
         """Every block cached under ``key``, in insertion order."""
@@ -75,3 +76,48 @@ class BlockHashToBlockMap:
 
     def __len__(self) -> int:
         return len(self._cache)
+
+
+class CachedMask(Sequence[bool]):
+    """Whether each hash is in the map under every suffix (each a group's key), probed when read.
+
+    A lookup report hands it over: it reads the map as it is, so it holds only during that call.
+    Most of a long miss is never read (a block never cached tells the rest, see
+    ``whole_prefixes``), so a replay that explains its misses probes a few blocks, not all.
+    ``whole_prefixes``: the one group caches each request's blocks as a prefix (a single
+    full-attention group), so a hash never cached has no block after it that ever was.
+    """
+
+    __slots__ = ("_cache", "_hashes", "_suffixes", "whole_prefixes")
+
+    def __init__(
+        self,
+        cache: dict[BlockHashWithGroupId, KVCacheBlock | dict[int, KVCacheBlock]],
+        hashes: Sequence[BlockHash],
+        suffixes: tuple[bytes, ...],
+        whole_prefixes: bool,
+    ) -> None:
+        self._cache = cache
+        self._hashes = hashes
+        self._suffixes = suffixes
+        self.whole_prefixes = whole_prefixes
+
+    def __len__(self) -> int:
+        return len(self._hashes)
+
+    @overload
+    def __getitem__(self, i: int) -> bool: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[bool]: ...
+    def __getitem__(self, i: int | slice) -> bool | list[bool]:
+        cache, suffixes = self._cache, self._suffixes
+        if isinstance(i, slice):  # a run of blocks in one list comprehension
+            if len(suffixes) == 1:
+                (s,) = suffixes
+                return [(h + s) in cache for h in self._hashes[i]]
+            return [all((h + s) in cache for s in suffixes) for h in self._hashes[i]]
+        h = self._hashes[i]
+        return all((h + s) in cache for s in suffixes)
+
+    def __iter__(self) -> Iterator[bool]:
+        return iter(self[:])

@@ -23,6 +23,7 @@ from explorer.core.events import BlockStored, KVCacheEvent
 from explorer.core.hashing import BlockHash, make_block_hash_with_group_id
 from explorer.core.kv_cache_coordinator import get_kv_cache_coordinator
 from explorer.core.kv_cache_interface import (
+    FULL_ATTENTION,
     KVCacheSpec,
     check_retention_interval,
     default_hash_block_size,
@@ -185,21 +186,22 @@ class KVCacheManager:
         return KVCacheBlocks(hits), num_hit_tokens, shared_prefix_boundary
 
     def _report_lookup_blocks(self, request: Request) -> None:
-        """What each of the request's hashes is in the cache now (for the miss reasons); with
-        extra keys, also the same token ids hashed under none (what other_keys needs)."""
+        """What each of the request's hashes is in the cache now (for the miss reasons), probed
+        where the listener reads it; with extra keys, also the same token ids hashed under none
+        (what other_keys needs)."""
         assert self.observer is not None
         group_ids = self.coordinator.miss_group_ids()
-        mask = self.block_pool.cached_block_hash_to_block.cached_mask
-
-        def held(hashes: tuple[BlockHash, ...]) -> tuple[bool, ...]:  # cached in every group
-            masks = [mask(hashes, make_block_hash_with_group_id(BlockHash(b""), g)) for g in group_ids]
-            return tuple(map(all, zip(*masks, strict=True))) if len(masks) > 1 else tuple(masks[0])
-
+        suffixes = [make_block_hash_with_group_id(BlockHash(b""), g) for g in group_ids]
+        lazy = self.block_pool.cached_block_hash_to_block.lazy_mask
+        managers = self.coordinator.single_type_managers  # one full-attention group: see CachedMask
+        whole = len(managers) == 1 and managers[0].spec.kind == FULL_ATTENTION
         hashes = tuple(request.block_hashes)
-        self.observer.on_lookup_blocks(request.request_id, group_ids[0], hashes, held(hashes))
+        self.observer.on_lookup_blocks(request.request_id, group_ids[0], hashes, lazy(hashes, suffixes, whole))
         if request.has_extra_keys:  # few requests have them: the second chain costs the rest nothing
             plain = tuple(request.block_hashes_without_extra_keys())
-            self.observer.on_lookup_without_extra_keys(request.request_id, group_ids[0], plain, held(plain))
+            self.observer.on_lookup_without_extra_keys(
+                request.request_id, group_ids[0], plain, lazy(plain, suffixes, whole)
+            )
 
     # ---- allocation ------------------------------------------------------------------------
 

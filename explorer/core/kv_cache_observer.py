@@ -16,6 +16,7 @@ The observer only listens: the core never reads anything back from it.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from explorer.core.hashing import BlockHash, BlockHashWithGroupId
@@ -106,15 +107,17 @@ class KVCacheObserver:
         the first miss (``None``), after which the walk stops."""
 
     def on_lookup_blocks(
-        self, request_id: str, group_id: int, block_hashes: tuple[BlockHash, ...], cached: tuple[bool, ...]
+        self, request_id: str, group_id: int, block_hashes: tuple[BlockHash, ...], cached: Sequence[bool]
     ) -> None:
         """Before the walk: every full-block hash of the request (at the hash block size) and
         whether group ``group_id`` (the full-attention group) holds it now, so a miss can say why: a
         cached hash after the first miss is behind it, an uncached one was removed or never
-        stored (what removed it is told by ``on_hash_removed`` and ``on_prefix_cache_reset``)."""
+        stored (what removed it is told by ``on_hash_removed`` and ``on_prefix_cache_reset``).
+        ``cached`` is probed where it is read, so read it during this call only (block_hash_map.py
+        CachedMask; its ``whole_prefixes`` says whether a never-cached hash ends the story)."""
 
     def on_lookup_without_extra_keys(
-        self, request_id: str, group_id: int, block_hashes: tuple[BlockHash, ...], cached: tuple[bool, ...]
+        self, request_id: str, group_id: int, block_hashes: tuple[BlockHash, ...], cached: Sequence[bool]
     ) -> None:
         """After ``on_lookup_blocks``, for a request with extra keys (LoRA, images, cache salt):
         its hashes as they would be with none, and whether group ``group_id`` holds each now, so a

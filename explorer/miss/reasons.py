@@ -12,7 +12,9 @@ It never reads the core's state: a reason is what the core told, sorted by the r
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 from explorer.core.hashing import BlockHash, BlockHashWithGroupId, make_block_hash_with_group_id
@@ -51,6 +53,9 @@ _CACHED = Removal("behind_miss", -1, None)
 _IN_FLIGHT = Removal("not_yet_cached", -1, None)
 _NEVER = Removal("never_cached", -1, None)
 _OTHER_KEYS = Removal("other_keys", -1, None)
+# An uncached block whose record (an eviction, the only cause so far) is still in the
+# tracker's records, read when the lookup's first missed block is known (MissTracker._resolve).
+_EVICTED = Removal("evicted", -1, None)
 
 
 @dataclass(slots=True)
@@ -91,6 +96,8 @@ class _Lookup:
     history: tuple[Removal, ...] = ()
     eagle_dropped: int | None = None
     full_group_hit_tokens: int | None = None
+    # While some history entries are _EVICTED: the hashes and the group's key suffix.
+    unresolved: tuple[tuple[BlockHash, ...], bytes] | None = None
 
 
 class MissTracker(KVCacheObserver):
@@ -115,6 +122,8 @@ class MissTracker(KVCacheObserver):
         # other_keys: per group, the hash without extra keys (the token ids) of every block a
         # request with extra keys cached -> the hashes it was cached under.
         self._plain_cached: dict[int, dict[bytes, set[bytes]]] = {}
+        self._rare = False  # a reset or a failed load removed hashes: records differ in cause
+        self._unresolved: list[_Lookup] = []  # lookups whose _EVICTED entries are not read yet
 
     # ---- the core's reports ----------------------------------------------------------------
 
@@ -122,40 +131,49 @@ class MissTracker(KVCacheObserver):
         self._lookups[request_id] = _Lookup(request_id, num_tokens, skipped=True)
 
     def on_lookup_blocks(
-        self, request_id: str, group_id: int, block_hashes: tuple[BlockHash, ...], cached: tuple[bool, ...]
+        self, request_id: str, group_id: int, block_hashes: tuple[BlockHash, ...], cached: Sequence[bool]
     ) -> None:
         suffix = make_block_hash_with_group_id(BlockHash(b""), group_id)
         get = self._removed.get
-        # Each block's story so far: cached now, or its last removal, or never cached.
-        history = [_CACHED if c else get(h + suffix, _NEVER) for h, c in zip(block_hashes, cached, strict=True)]
         holding = self._holding
         others = [(hs, done) for rid, (hs, done) in self._pending.items() if rid != request_id and rid in holding]
+        plain = self._plain_cached.get(group_id)
+        whole = not others and not plain and getattr(cached, "whole_prefixes", False)
+        if whole:
+            history = _until_never(block_hashes, cached, self._removed, suffix, self._rare)
+        else:
+            # Each block's story so far: cached now, or its last removal, or never cached.
+            history = [_CACHED if c else get(h + suffix, _NEVER) for h, c in zip(block_hashes, cached, strict=True)]
         if others:
             in_flight = {h for hashes, done in others for h in hashes[done:]}
             history = [_IN_FLIGHT if x is not _CACHED and h in in_flight else x for h, x in zip(block_hashes, history)]
-        plain = self._plain_cached.get(group_id)
         if plain:  # the same token ids cached by a request with other extra keys
             history = [_OTHER_KEYS if x is _NEVER and _other(plain, h, h) else x for h, x in zip(block_hashes, history)]
         self._current = _Lookup(request_id, 0, group_id=group_id, history=tuple(history))
+        if whole and history and not self._rare:  # its uncached entries are _EVICTED
+            self._current.unresolved = (block_hashes, suffix)
+            self._unresolved.append(self._current)
         self._current_hashes = block_hashes
         self._pending[request_id] = (block_hashes, 0)
 
     def on_lookup_without_extra_keys(
-        self, request_id: str, group_id: int, block_hashes: tuple[BlockHash, ...], cached: tuple[bool, ...]
+        self, request_id: str, group_id: int, block_hashes: tuple[BlockHash, ...], cached: Sequence[bool]
     ) -> None:
         lookup, own = self._current, self._current_hashes
         if lookup is None or lookup.request_id != request_id:
             return
         suffix = make_block_hash_with_group_id(BlockHash(b""), group_id)
         removed, plain = self._removed, self._plain_cached.get(group_id, {})
+        # A history cut at its first never-cached block: every later one was never cached either.
+        history = lookup.history + (_NEVER,) * (len(own) - len(lookup.history))
         # Never cached under its own keys, but its token ids were: cached now or removed since
         # (without keys), or cached by a request with other keys.
         lookup.history = (
             tuple(
                 _OTHER_KEYS if x is _NEVER and (c or (p + suffix) in removed or _other(plain, p, h)) else x
-                for p, h, c, x in zip(block_hashes, own, cached, lookup.history)
+                for p, h, c, x in zip(block_hashes, own, cached, history)
             )
-            + lookup.history[len(block_hashes) :]
+            + history[len(block_hashes) :]
         )
 
     def on_cache_without_extra_keys(
@@ -199,6 +217,8 @@ class MissTracker(KVCacheObserver):
 
     def on_admission_check(self, check: Any) -> None:
         self._allocator = check.request_id
+        if self._unresolved:  # its hit and external tokens are known: so is its first miss
+            self._resolve(lambda lk: lk.request_id == check.request_id, True)
         if check.ok and check.request_id not in self._loading:
             self._holding.add(check.request_id)
 
@@ -208,10 +228,11 @@ class MissTracker(KVCacheObserver):
             self._pending[request_id] = (pending[0], max(pending[1], num_tokens // self.block_size))
 
     def on_hashes_removed(self, keys: tuple[BlockHashWithGroupId, ...], cause: str) -> None:
+        if self._unresolved:  # the records change: read every one those lookups stand for
+            self._resolve(lambda lk: True, False)
+        self._rare = self._rare or cause != "evicted"
         removal = Removal(cause, self.step, self._allocator if cause == "evicted" else None)
-        removed = self._removed
-        for key in keys:
-            removed[key] = removal
+        self._removed.update(zip(keys, repeat(removal)))  # one record object per call, shared
 
     def on_prefix_cache_reset(self, keys: tuple[BlockHashWithGroupId, ...]) -> None:
         self.on_hashes_removed(keys, "reset")
@@ -221,13 +242,54 @@ class MissTracker(KVCacheObserver):
         self._holding.discard(request_id)
         self._loading.discard(request_id)
 
+    def _resolve(self, which: Any, first_only: bool) -> None:
+        """Replace the _EVICTED entries of the unresolved lookups ``which`` selects by their
+        records, as they still are: only the first missed block's (``first_only``: the only
+        one whose record a MISS shows, evicted_by) or every one."""
+        keep = []
+        get = self._removed.__getitem__
+        for lk in self._unresolved:
+            if not which(lk):
+                keep.append(lk)
+                continue
+            assert lk.unresolved is not None
+            (hashes, suffix), hist, lk.unresolved = lk.unresolved, lk.history, None
+            if not first_only:
+                lk.history = tuple(get(h + suffix) if x is _EVICTED else x for h, x in zip(hashes, hist))
+                continue
+            i = (lk.hit_tokens + lk.external_tokens) // self.block_size
+            if i < len(hist) and hist[i] is _EVICTED:
+                lk.history = hist[:i] + (get(hashes[i] + suffix),) + hist[i + 1 :]
+        self._unresolved = keep
+
     # ---- the records -------------------------------------------------------------------------
 
     def take(self) -> dict[str, Miss]:
         """The misses of the lookups reported since the last call, by request id."""
+        if self._unresolved:  # no record changed since their lookups
+            self._resolve(lambda lk: True, False)
         out = {rid: classify(lk, self.block_size) for rid, lk in self._lookups.items()}
         self._lookups = {}
         return out
+
+
+def _until_never(
+    hashes: tuple[BlockHash, ...], cached: Sequence[bool], removed: dict[bytes, Removal], suffix: bytes, rare: bool
+) -> list[Removal]:
+    """Each block's history up to the first never cached (cut there). The group caches whole
+    prefixes, so the blocks ever cached (cached now or removed since) are a prefix of the
+    chain, found by bisection; the rest were never cached, and nothing else is in flight."""
+    lo, hi = 0, len(hashes)  # ever cached below lo, never at hi and above
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if cached[mid] or (hashes[mid] + suffix) in removed:
+            lo = mid + 1
+        else:
+            hi = mid
+    if not rare:  # every record is an eviction: which one is read only where a MISS shows it
+        return [_CACHED if c else _EVICTED for c in cached[:lo]]
+    get = removed.__getitem__
+    return [_CACHED if c else get(h + suffix) for h, c in zip(hashes[:lo], cached[:lo])]
 
 
 def _other(plain: dict[bytes, set[bytes]], token_ids: bytes, own: bytes) -> bool:
@@ -251,7 +313,9 @@ def classify(lk: _Lookup, bs: int) -> Miss:
     else:
         cap = min(first_cap, nb)
         hist = lk.history
-        mid = [hist[i].cause if i < len(hist) else "never_cached" for i in range(c0, cap)]
+        known = min(cap, len(hist))  # a history cut at a never-cached block: the rest are too
+        mid = [x.cause for x in hist[c0:known]]
+        mid += ["never_cached"] * (cap - max(c0, known))
         full_hit = min((lk.full_group_hit_tokens or 0) // bs, cap)
         for i in range(c0, full_hit):
             mid[i - c0] = "window"
@@ -280,6 +344,7 @@ def classify(lk: _Lookup, bs: int) -> Miss:
     evicted_by = None
     if first == "evicted" and first_miss_block is not None:
         evicted_by = lk.history[first_miss_block]
+        assert evicted_by is not _EVICTED, "a first missed block's record was not read"
     return Miss(
         lk.request_id,
         n,

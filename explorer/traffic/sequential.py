@@ -11,11 +11,11 @@ one arrives. The hit tokens are exactly vLLM's.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from explorer.core.hashing import BlockHash, init_none_hash
-from explorer.core.kv_cache_utils import find_cached_prefix, get_request_block_hasher
+from explorer.core.kv_cache_utils import get_request_block_hasher
 from explorer.core.request import Request
 from explorer.errors import BadInput
 from explorer.miss.reasons import MissTracker
@@ -133,10 +133,10 @@ def replay_vllm_stream(
             continue
         request = Request(str(k), expand_prompt(tr), block_hasher=hasher)
         if tracker is not None:  # the unbounded pool skips nothing (simulators.simulate_unbounded)
-            prompt = list(request.block_hashes)
-            cap = (tr.input_length - 1) // block_size
-            infinite += len(find_cached_prefix(prompt[:cap], lambda h: h if h in seen else None)) * block_size
-            seen.update(prompt)
+            prompt = request.block_hashes
+            run = _seen_prefix(prompt, seen)
+            infinite += min(run, (tr.input_length - 1) // block_size) * block_size
+            seen.update(prompt[run:])  # the blocks before run are in the set already
             if outputs:
                 seen.update(output_block_hashes(tr, prompt, block_size, ctx))
         if skip:
@@ -170,3 +170,17 @@ def replay_vllm_stream(
         miss_tokens=None if tracker is None else ordered_reasons(miss_tokens),
         bound_infinite=None if tracker is None else infinite,
     )
+
+
+def _seen_prefix(hashes: Sequence[BlockHash], seen: set[BlockHash]) -> int:
+    """How many leading hashes the set holds. It holds whole prefixes (each request adds every
+    hash of its chain, and a hash names its parent), so membership is a prefix of the chain:
+    bisection finds its end in a few probes, however long the run."""
+    lo, hi = 0, len(hashes)  # held below lo, not at hi and above
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if hashes[mid] in seen:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
