@@ -21,6 +21,7 @@ from collections import Counter
 import pytest
 
 from explorer.errors import BadInput
+from explorer.scenario.connector_reports import CpuLoad, CpuStore
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario, parse_scenario_dict
 from tests.conformance.engine_step_scenarios import under_both_schedulers
@@ -80,10 +81,10 @@ def test_random_offloading_groups_scenarios_match_vllm(groups_oracle):
             if es is None:
                 continue
             for report in es.connector:
-                if report.kind == "cpu_load":
+                if isinstance(report, CpuLoad):
                     seen["cpu_load_with_a_window_group"] += bool(windows)
-                elif report.kind == "cpu_store":
-                    seen["store_refused" if report.failed else "cpu_store"] += 1
+                elif isinstance(report, CpuStore):
+                    seen["store_refused" if report.refused else "cpu_store"] += 1
                     seen["cpu_evicted"] += bool(report.cpu_evicted)
             for e in step.events:
                 if getattr(e, "medium", None) == "CPU" and type(e).__name__ == "BlockStored":
