@@ -28,8 +28,8 @@ import copy
 import random
 from typing import Any
 
-from tests.conformance.engine_step_scenarios import random_offloading_raw_scenario, random_raw_scenario
 from tests.conformance.spec_scenarios import METHODS, random_spec_engine_steps
+from vllm_drivers.engine_step_scenarios import random_offloading_raw_scenario, random_raw_scenario
 
 
 def _cdiv(a: int, b: int) -> int:

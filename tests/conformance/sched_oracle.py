@@ -19,8 +19,8 @@ import json
 import sys
 from pathlib import Path
 
-from tests.conformance.engine_step_scenarios import load_toml
 from tests.conformance.oracle import DRIVERS, REPO_ROOT, VllmOracle, compare
+from vllm_drivers.engine_step_scenarios import load_toml
 
 SCHED_DRIVER = DRIVERS / "vllm_sched_driver.py"
 ASYNC_DRAFTS_DRIVER = DRIVERS / "vllm_sched_async_drafts_driver.py"

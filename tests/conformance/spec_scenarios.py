@@ -28,7 +28,7 @@ from explorer.core.request import RequestStatus
 from explorer.scenario.engine import ScenarioEngine
 from explorer.scenario.parse import StepParser, parse_scenario_dict
 from explorer.scenario.randgen_profiles import draw_groups
-from tests.conformance.engine_step_scenarios import (
+from vllm_drivers.engine_step_scenarios import (
     random_connector_raw_scenario,
     random_offloading_raw_scenario,
     random_raw_scenario,

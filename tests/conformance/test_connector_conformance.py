@@ -19,9 +19,9 @@ import pytest
 from explorer.errors import BadInput
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import parse_scenario_dict
-from tests.conformance.engine_step_scenarios import random_connector_raw_scenario, under_both_schedulers
 from tests.conformance.oracle import at_release, compare, seeds_for
 from tests.conformance.sched_oracle import golden_paths
+from vllm_drivers.engine_step_scenarios import random_connector_raw_scenario, under_both_schedulers
 
 pytestmark = pytest.mark.conformance
 

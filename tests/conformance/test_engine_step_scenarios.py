@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conformance.engine_step_scenarios import (
+from tests.conformance.sched_oracle import golden_paths
+from vllm_drivers.engine_step_scenarios import (
     ScenarioInputError,
     load_toml,
     normalize,
@@ -12,7 +13,6 @@ from tests.conformance.engine_step_scenarios import (
     random_raw_scenario,
     random_scenario,
 )
-from tests.conformance.sched_oracle import golden_paths
 
 
 def test_token_specs():

@@ -16,9 +16,9 @@ import pytest
 
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario, parse_scenario_dict
-from tests.conformance.engine_step_scenarios import random_raw_scenario, under_both_schedulers
 from tests.conformance.oracle import at_release, compare, modelled_cases, seeds_for
 from tests.conformance.sched_oracle import golden_paths, oracle_kind, read_expected
+from vllm_drivers.engine_step_scenarios import random_raw_scenario, under_both_schedulers
 
 pytestmark = pytest.mark.conformance
 

@@ -38,7 +38,6 @@ from explorer.scenario.engine import replay
 from explorer.scenario.ops import Decode
 from explorer.scenario.parse import parse_scenario_dict
 from explorer.scenario.randgen import random_scenario
-from tests.conformance.engine_step_scenarios import _draw_groups, random_connector_raw_scenario
 from tests.conformance.oracle import RELEASES, at_release, compare, refusal, seeds_for
 from tests.conformance.sched_oracle import VllmSchedAsyncConnectorDraftsOracle, VllmSchedOracle
 from tests.conformance.spec_scenarios import (
@@ -51,6 +50,7 @@ from tests.conformance.spec_scenarios import (
     random_spec_manager,
 )
 from tests.conformance.test_spec_decode_conformance import _compare_all
+from vllm_drivers.engine_step_scenarios import _draw_groups, random_connector_raw_scenario
 
 pytestmark = pytest.mark.conformance
 

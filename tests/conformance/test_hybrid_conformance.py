@@ -26,10 +26,10 @@ from explorer.request_steps import RequestSteps
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import parse_scenario_dict
 from explorer.scenario.randgen import random_scenario
-from tests.conformance.engine_step_scenarios import random_raw_scenario, under_both_schedulers
 from tests.conformance.oracle import at_release, compare, seeds_for
 from tests.conformance.test_conformance import _report, results_beside_vllm
 from tests.core.test_hybrid import GroupLookups
+from vllm_drivers.engine_step_scenarios import random_raw_scenario, under_both_schedulers
 
 pytestmark = pytest.mark.conformance
 

@@ -29,11 +29,6 @@ from explorer.metrics.replay import MetricsRecorder
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario, parse_scenario_dict
 from explorer.scenario.parse_release import with_release
-from tests.conformance.engine_step_scenarios import (
-    random_connector_raw_scenario,
-    random_offloading_raw_scenario,
-    under_both_schedulers,
-)
 from tests.conformance.fidelity_scenarios import random_offloading_groups_raw_scenario
 from tests.conformance.oracle import DRIVERS, HERE, RELEASES, VllmOracle, at_release, modelled_cases, refusal, seeds_for
 from tests.conformance.sched_oracle import (
@@ -45,6 +40,11 @@ from tests.conformance.sched_oracle import (
 )
 from tests.conformance.spec_scenarios import random_spec_engine_steps
 from tests.conformance.test_engine_steps_conformance import ENGINE_STEP_LESSONS, both_schedulers
+from vllm_drivers.engine_step_scenarios import (
+    random_connector_raw_scenario,
+    random_offloading_raw_scenario,
+    under_both_schedulers,
+)
 from vllm_drivers.exposition_samples import OFFLOAD_EXCLUDED, _kept, deltas, parse
 
 pytestmark = pytest.mark.conformance

@@ -21,9 +21,9 @@ import pytest
 from explorer.scenario.engine import replay
 from explorer.scenario.ops import EngineReset
 from explorer.scenario.parse import load_scenario, parse_scenario_dict
-from tests.conformance.engine_step_scenarios import random_offloading_raw_scenario, under_both_schedulers
 from tests.conformance.oracle import at_release, compare, refusal
 from tests.conformance.sched_oracle import golden_paths
+from vllm_drivers.engine_step_scenarios import random_offloading_raw_scenario, under_both_schedulers
 
 pytestmark = pytest.mark.conformance
 

@@ -24,13 +24,13 @@ from explorer.errors import BadInput
 from explorer.scenario.connector_reports import CpuLoad, CpuStore
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario, parse_scenario_dict
-from tests.conformance.engine_step_scenarios import under_both_schedulers
 from tests.conformance.fidelity_scenarios import (
     random_offloading_groups_raw_scenario,
     random_offloading_groups_spec_raw_scenario,
 )
 from tests.conformance.oracle import RELEASES, at_release, compare, refusal
 from tests.conformance.sched_oracle import VllmSchedOffloadingGroupsOracle, golden_paths, oracle_kind
+from vllm_drivers.engine_step_scenarios import under_both_schedulers
 
 pytestmark = pytest.mark.conformance
 

@@ -20,15 +20,15 @@ import pytest
 from explorer.errors import BadInput
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario, parse_scenario_dict
-from tests.conformance.engine_step_scenarios import (
+from tests.conformance.miss_oracle import VllmSchedMissOracle
+from tests.conformance.oracle import RELEASES, at_release, compare, refusal
+from tests.conformance.sched_oracle import VllmSchedOracle, golden_paths, oracle_kind
+from vllm_drivers.engine_step_scenarios import (
     random_connector_raw_scenario,
     random_offloading_raw_scenario,
     random_raw_scenario,
     under_both_schedulers,
 )
-from tests.conformance.miss_oracle import VllmSchedMissOracle
-from tests.conformance.oracle import RELEASES, at_release, compare, refusal
-from tests.conformance.sched_oracle import VllmSchedOracle, golden_paths, oracle_kind
 
 pytestmark = pytest.mark.conformance
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.conformance.engine_step_invariants import check_expects, check_invariants
-from tests.conformance.engine_step_scenarios import load_raw, normalize, random_scenario
 from tests.conformance.oracle import VllmOracleError, compare
 from tests.conformance.sched_oracle import VllmSchedOracle, golden_paths, oracle_kind, read_expected
+from vllm_drivers.engine_step_scenarios import load_raw, normalize, random_scenario
 
 pytestmark = pytest.mark.conformance
 

@@ -32,7 +32,7 @@ from explorer.traffic.trace import (
     load_trace,
     shipped_trace_path,
 )
-from tests.conformance.engine_step_scenarios import ENGINE_DEFAULTS
+from vllm_drivers.engine_step_scenarios import ENGINE_DEFAULTS
 
 
 def trace_scenario(

@@ -19,7 +19,7 @@ from explorer.scenario.recorder import StepError
 from explorer.traffic.hashing import prepare
 from explorer.traffic.sequential import replay_vllm
 from explorer.traffic.trace import load_trace, shipped_trace_path
-from tests.conformance.engine_step_scenarios import random_connector_raw_scenario, random_raw_scenario
+from vllm_drivers.engine_step_scenarios import random_connector_raw_scenario, random_raw_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 lazy = BlockHashToBlockMap.lazy_mask

@@ -12,12 +12,12 @@ from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario, parse_scenario_dict
 from explorer.scenario.randgen import random_scenario
 from explorer.scenario.recorder import StepError
-from tests.conformance.engine_step_scenarios import (
+from tests.conformance.spec_scenarios import random_spec_engine_steps, random_spec_manager
+from vllm_drivers.engine_step_scenarios import (
     random_connector_raw_scenario,
     random_offloading_raw_scenario,
     random_raw_scenario,
 )
-from tests.conformance.spec_scenarios import random_spec_engine_steps, random_spec_manager
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = sorted((ROOT / "lessons").glob("*.toml")) + sorted((ROOT / "tests/scenario/golden").rglob("*.toml"))

@@ -17,8 +17,8 @@ from explorer.scenario.engine import replay
 from explorer.scenario.engine_steps import EngineStepReplay
 from explorer.scenario.parse import load_scenario, parse_scenario_text
 from tests.cli_run import run_explorer
-from tests.conformance.engine_step_scenarios import random_connector_raw_scenario
 from tests.core.invariants import check_invariants
+from vllm_drivers.engine_step_scenarios import random_connector_raw_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = sorted((REPO / "tests/scenario/golden/engine_steps").glob("connector_*.toml"))

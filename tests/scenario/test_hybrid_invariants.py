@@ -12,8 +12,8 @@ from explorer.scenario.engine import ScenarioEngine
 from explorer.scenario.engine_steps import EngineStepReplay
 from explorer.scenario.parse import parse_scenario_dict
 from explorer.scenario.randgen import random_scenario
-from tests.conformance.engine_step_scenarios import random_raw_scenario
 from tests.core.invariants import EventMirror, check_invariants
+from vllm_drivers.engine_step_scenarios import random_raw_scenario
 
 
 @pytest.mark.parametrize("seed", range(60))

@@ -29,16 +29,16 @@ from explorer.scenario.randgen import random_scenario
 from explorer.scenario.trace import Trace
 from explorer.view.explain import engine_step, step
 from explorer.view.explain.records import Panel
-from tests.conformance.engine_step_scenarios import (
+from tests.conformance.spec_scenarios import random_spec_engine_steps, random_spec_manager
+from tests.ui.sentence_checks import Checks, N, check_manager_panels, check_manager_step, check_summaries
+from tests.ui.sentence_engine import check_engine_now, check_engine_panels, check_external
+from tests.ui.sentence_stage import check_stage_boxes
+from vllm_drivers.engine_step_scenarios import (
     random_connector_raw_scenario,
     random_offloading_raw_scenario,
     random_raw_scenario,
     under_both_schedulers,
 )
-from tests.conformance.spec_scenarios import random_spec_engine_steps, random_spec_manager
-from tests.ui.sentence_checks import Checks, N, check_manager_panels, check_manager_step, check_summaries
-from tests.ui.sentence_engine import check_engine_now, check_engine_panels, check_external
-from tests.ui.sentence_stage import check_stage_boxes
 
 
 def _texts(panels: list[Panel]) -> dict[str, str]:
