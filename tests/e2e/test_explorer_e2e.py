@@ -111,6 +111,10 @@ def test_type_a_prompt_in_the_playground(px_page, px_app_url):
         page.locator(".st-key-px_p_kind").get_by_text("Token spec").click()
         page.locator(".st-key-px_p_spec input").fill("0:480, 8000:8040")
         n = 520
+    # Streamlit sends a text widget's value when it loses focus: let that rerun finish before
+    # the click, or on a loaded machine the click's rerun may still read the empty prompt.
+    page.keyboard.press("Tab")
+    wait_idle(page)
     page.get_by_test_id("stSidebar").get_by_role("button", name="Arrive").click()
     expect(page.locator(".px-now .px-headline")).to_contain_text("Step 21 of 21: arrive P1", timeout=90_000)
     wait_idle(page)
