@@ -1,7 +1,7 @@
 """Replay a scenario through the engine core into a `Trace`.
 
 `ScenarioEngine` turns each op of design section 3 into the manager-level calls of
-`RequestSteps` (explorer/core/sched/request_steps.py), the one place that makes them in vLLM's
+`RequestSteps` (explorer/request_steps.py), the one place outside the scheduler that makes them in vLLM's
 scheduler order. An engine-step scenario (design section 7) is replayed by engine_steps.py. With ``record=True`` a `StepRecorder` observes the core and keeps what it
 reports for the panels, and every step keeps a snapshot of the pool; with ``record=False``
 (tools, `run --json`, benchmarks) there is no observer and only the steps that carry an

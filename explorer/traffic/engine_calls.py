@@ -1,8 +1,8 @@
-"""The replay's engine: a KV cache manager driven through the core's `RequestSteps`.
+"""The replay's engine: a KV cache manager driven through `RequestSteps`.
 
 The policies admit, generate and finish requests only through these functions; the calls into
 the manager, in vLLM's scheduler order, are made by `RequestSteps`
-(explorer/core/sched/request_steps.py), the same seam scenario replay and the router use.
+(explorer/request_steps.py), the same seam scenario replay and the prefill engine use.
 """
 
 from __future__ import annotations
