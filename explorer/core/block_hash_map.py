@@ -53,6 +53,22 @@ class BlockHashToBlockMap:
             self._cache[key] = blocks
         return block
 
+    def pop_last(self, key: BlockHashWithGroupId, block_id: int) -> bool:
+        """`pop` (the same re-insertion order), and whether that block was the last under ``key``."""
+        blocks = self._cache.pop(key, None)
+        if blocks is None:
+            return False
+        if isinstance(blocks, KVCacheBlock):
+            if blocks.block_id == block_id:
+                return True
+            self._cache[key] = blocks
+            return False
+        blocks.pop(block_id, None)
+        if blocks:
+            self._cache[key] = blocks
+            return False
+        return True
+
     def lazy_mask(self, hashes: Sequence[BlockHash], suffixes: Sequence[bytes], whole_prefixes: bool) -> CachedMask:
         """For each hash, whether ``hash + suffix`` (its key in a group) is in the map for every
         suffix, probed only where it is read (a lookup report's mask)."""

@@ -242,23 +242,26 @@ class BlockPool:
         observer = self.block_observer
         gone: list[BlockHashWithGroupId] | None = [] if self.observer is not None else None
         if observer is None and not self.enable_kv_cache_events and not self.cached_block_hashes_by_block:
-            self._evict_plain(ret, gone)
+            self._evict_plain(ret, gone)  # collects only the keys whose last block went
         else:
             self._evict_reported(ret, gone, observer)
-        if gone and self.observer is not None:  # a hash is gone only when its last duplicate goes
-            self.observer.on_hashes_removed(self.cached_block_hash_to_block.missing(gone), "evicted")
+            if gone:  # a hash is gone only when its last duplicate goes
+                gone = list(self.cached_block_hash_to_block.missing(gone))
+        if gone and self.observer is not None:
+            self.observer.on_hashes_removed(tuple(gone), "evicted")
         return ret
 
     def _evict_plain(self, ret: list[KVCacheBlock], gone: list[BlockHashWithGroupId] | None) -> None:
         """`_evict_reported` when no block report, no event and no partial tail entry can
         result: each cached block's one key leaves the map, as _maybe_evict_cached_block would
-        remove it (this loop runs once per allocated block of a long replay)."""
-        pop = self.cached_block_hash_to_block.pop
+        remove it (this loop runs once per allocated block of a long replay). ``gone``
+        collects the keys no block is cached under any more."""
+        pop = self.cached_block_hash_to_block.pop_last
         caching = self.enable_caching
         for block in ret:
             key = block._block_hash
             if caching and key is not None:
-                if pop(key, block.block_id) is not None and gone is not None:
+                if pop(key, block.block_id) and gone is not None:
                     gone.append(key)
                 block._block_hash = block.block_hash_num_tokens = None  # reset_hash, inlined
             assert block.ref_cnt == 0

@@ -53,6 +53,8 @@ _CACHED = Removal("behind_miss", -1, None)
 _IN_FLIGHT = Removal("not_yet_cached", -1, None)
 _NEVER = Removal("never_cached", -1, None)
 _OTHER_KEYS = Removal("other_keys", -1, None)
+# An eviction a tracker without records did not keep (it only knows the key was evicted).
+_UNRECORDED = Removal("evicted", -1, None)
 # An uncached block whose record (an eviction, the only cause so far) is still in the
 # tracker's records, read when the lookup's first missed block is known (MissTracker._resolve).
 _EVICTED = Removal("evicted", -1, None)
@@ -105,13 +107,20 @@ class MissTracker(KVCacheObserver):
 
     block_reports = False  # a reason needs no per-block report: a lean replay stays lean
 
-    def __init__(self, block_size: int) -> None:
+    def __init__(self, block_size: int, records: bool = True) -> None:
+        """``records=False``: the caller reads only each miss's tokens by reason, never which
+        allocation evicted a block (a trace replay's sweep), so an eviction keeps no record:
+        while every removal is an eviction, the evicted keys are a set and ``evicted_by``
+        stays None."""
         self.block_size = block_size
         self.step = 0  # the op being replayed (set by the replay)
         self._allocator: str | None = None  # whose allocation pops now
         # Each key's (hash + group id) last removal: a later one overwrites it, and a hash
         # uncached at a lookup was last removed by what this says (or never cached at all).
         self._removed: dict[bytes, Removal] = {}
+        # Without records, until a removal of another cause: the keys evictions removed.
+        self._evicted: set[bytes] | None = None if records else set()
+        self._records = records
         # Requests that looked up and hold blocks: their hashes and how many are computed.
         self._pending: dict[str, tuple[tuple[bytes, ...], int]] = {}
         self._holding: set[str] = set()  # those whose allocation succeeded: running, holding blocks
@@ -134,15 +143,21 @@ class MissTracker(KVCacheObserver):
         self, request_id: str, group_id: int, block_hashes: tuple[BlockHash, ...], cached: Sequence[bool]
     ) -> None:
         suffix = make_block_hash_with_group_id(BlockHash(b""), group_id)
-        get = self._removed.get
+        evicted = self._evicted
         holding = self._holding
         others = [(hs, done) for rid, (hs, done) in self._pending.items() if rid != request_id and rid in holding]
         plain = self._plain_cached.get(group_id)
         whole = not others and not plain and getattr(cached, "whole_prefixes", False)
         if whole:
-            history = _until_never(block_hashes, cached, self._removed, suffix, self._rare)
+            history = _until_never(block_hashes, cached, self._ever(), suffix, self._rare)
+        elif evicted is not None:  # no records: every removal so far was an eviction
+            history = [
+                _CACHED if c else _EVICTED if h + suffix in evicted else _NEVER
+                for h, c in zip(block_hashes, cached, strict=True)
+            ]
         else:
             # Each block's story so far: cached now, or its last removal, or never cached.
+            get = self._removed.get
             history = [_CACHED if c else get(h + suffix, _NEVER) for h, c in zip(block_hashes, cached, strict=True)]
         if others:
             in_flight = {h for hashes, done in others for h in hashes[done:]}
@@ -150,7 +165,7 @@ class MissTracker(KVCacheObserver):
         if plain:  # the same token ids cached by a request with other extra keys
             history = [_OTHER_KEYS if x is _NEVER and _other(plain, h, h) else x for h, x in zip(block_hashes, history)]
         self._current = _Lookup(request_id, 0, group_id=group_id, history=tuple(history))
-        if whole and history and not self._rare:  # its uncached entries are _EVICTED
+        if whole and history and not self._rare and evicted is None:  # its uncached entries are _EVICTED
             self._current.unresolved = (block_hashes, suffix)
             self._unresolved.append(self._current)
         self._current_hashes = block_hashes
@@ -163,7 +178,7 @@ class MissTracker(KVCacheObserver):
         if lookup is None or lookup.request_id != request_id:
             return
         suffix = make_block_hash_with_group_id(BlockHash(b""), group_id)
-        removed, plain = self._removed, self._plain_cached.get(group_id, {})
+        removed, plain = self._ever(), self._plain_cached.get(group_id, {})
         # A history cut at its first never-cached block: every later one was never cached either.
         history = lookup.history + (_NEVER,) * (len(own) - len(lookup.history))
         # Never cached under its own keys, but its token ids were: cached now or removed since
@@ -230,6 +245,13 @@ class MissTracker(KVCacheObserver):
     def on_hashes_removed(self, keys: tuple[BlockHashWithGroupId, ...], cause: str) -> None:
         if self._unresolved:  # the records change: read every one those lookups stand for
             self._resolve(lambda lk: True, False)
+        if self._evicted is not None:
+            if cause == "evicted":
+                self._evicted.update(keys)
+                return
+            # The first removal of another cause: from now on a block's cause is read per key.
+            self._removed = dict.fromkeys(self._evicted, _UNRECORDED)
+            self._evicted = None
         self._rare = self._rare or cause != "evicted"
         removal = Removal(cause, self.step, self._allocator if cause == "evicted" else None)
         self._removed.update(zip(keys, repeat(removal)))  # one record object per call, shared
@@ -241,6 +263,10 @@ class MissTracker(KVCacheObserver):
         self._pending.pop(request_id, None)
         self._holding.discard(request_id)
         self._loading.discard(request_id)
+
+    def _ever(self) -> set[bytes] | dict[bytes, Removal]:
+        """The keys removed at least once (the evicted ones while no record is kept)."""
+        return self._removed if self._evicted is None else self._evicted
 
     def _resolve(self, which: Any, first_only: bool) -> None:
         """Replace the _EVICTED entries of the unresolved lookups ``which`` selects by their
@@ -268,13 +294,18 @@ class MissTracker(KVCacheObserver):
         """The misses of the lookups reported since the last call, by request id."""
         if self._unresolved:  # no record changed since their lookups
             self._resolve(lambda lk: True, False)
-        out = {rid: classify(lk, self.block_size) for rid, lk in self._lookups.items()}
+        records = self._records
+        out = {rid: classify(lk, self.block_size, records) for rid, lk in self._lookups.items()}
         self._lookups = {}
         return out
 
 
 def _until_never(
-    hashes: tuple[BlockHash, ...], cached: Sequence[bool], removed: dict[bytes, Removal], suffix: bytes, rare: bool
+    hashes: tuple[BlockHash, ...],
+    cached: Sequence[bool],
+    removed: set[bytes] | dict[bytes, Removal],
+    suffix: bytes,
+    rare: bool,
 ) -> list[Removal]:
     """Each block's history up to the first never cached (cut there). The group caches whole
     prefixes, so the blocks ever cached (cached now or removed since) are a prefix of the
@@ -288,6 +319,7 @@ def _until_never(
             hi = mid
     if not rare:  # every record is an eviction: which one is read only where a MISS shows it
         return [_CACHED if c else _EVICTED for c in cached[:lo]]
+    assert isinstance(removed, dict), "a removal of another cause turns the set into records"
     get = removed.__getitem__
     return [_CACHED if c else get(h + suffix) for h, c in zip(hashes[:lo], cached[:lo])]
 
@@ -299,9 +331,10 @@ def _other(plain: dict[bytes, set[bytes]], token_ids: bytes, own: bytes) -> bool
     return seen is not None and bool(seen - {own})
 
 
-def classify(lk: _Lookup, bs: int) -> Miss:
+def classify(lk: _Lookup, bs: int, records: bool = True) -> Miss:
     """Each missed token's reason: block by block, the first rule that holds (runs of blocks
-    at a time: a long prompt's lookup is classified in a few list operations)."""
+    at a time: a long prompt's lookup is classified in a few list operations). Without
+    ``records`` no Miss says which allocation evicted its first missed block."""
     n = lk.num_tokens
     nb = n // bs
     start = (0 if lk.skipped else lk.hit_tokens) + lk.external_tokens
@@ -342,7 +375,7 @@ def classify(lk: _Lookup, bs: int) -> Miss:
         else next(iter(_by_position(reasons, ordered, lk.skipped)), None)
     )
     evicted_by = None
-    if first == "evicted" and first_miss_block is not None:
+    if first == "evicted" and first_miss_block is not None and records:
         evicted_by = lk.history[first_miss_block]
         assert evicted_by is not _EVICTED, "a first missed block's record was not read"
     return Miss(

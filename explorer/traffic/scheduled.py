@@ -119,7 +119,7 @@ def replay_scheduler(
     config = policy.config()
     t0 = time.perf_counter()
     bs, step_ms = prep.block_size, float(policy.step_ms)
-    tracker = MissTracker(bs)
+    tracker = MissTracker(bs, records=False)  # the sweep reads tokens by reason only
     core = new_engine_core(num_blocks, bs, config, tracker)
     latest: dict[str, Miss] = {}  # each request's last lookup, until its first admission reports
     miss_tokens: dict[str, int] = {}

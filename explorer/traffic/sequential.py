@@ -36,7 +36,7 @@ def replay_vllm(
     ``reasons``: why the rest missed (``miss_tokens``); ``keep_misses``: each request's Miss."""
     check_num_blocks(num_blocks)
     t0 = time.perf_counter()
-    tracker = MissTracker(prep.block_size) if reasons else None
+    tracker = MissTracker(prep.block_size, records=keep_misses) if reasons else None
     sched = new_engine(num_blocks, prep.block_size, tracker)
     miss_tokens: dict[str, int] = {}
     kept: list[Any] = []
@@ -116,7 +116,7 @@ def replay_vllm_stream(
     t0 = time.perf_counter()
     ctx = init_none_hash("sha256", None)
     hasher = get_request_block_hasher(block_size, ctx)
-    tracker = MissTracker(block_size) if reasons else None
+    tracker = MissTracker(block_size, records=False) if reasons else None
     sched = new_engine(num_blocks, block_size, tracker)
     miss_tokens: dict[str, int] = {}
     seen: set[BlockHash] = set()  # every block the unbounded pool ever cached
