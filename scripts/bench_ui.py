@@ -5,6 +5,8 @@ What it measures (issue #14's targets, medians of ``--runs``; reported, never as
 - first load: a fresh browser session opens the app's address (the default lesson) until the
   page is idle (target 2.5 s);
 - Next -> idle: a click on Next until the next step is drawn and the page is idle (250 ms);
+  and Next -> painted by the page's own clock (issue 23's 50 ms): the button pressed inside the
+  page until the frame that shows the next step is done, without the driver's round trips;
 - open a lesson: a lesson picked in the explorer's sidebar until its step 0 is drawn and idle,
   and "Open this lesson in the explorer" on the Lessons page (1.5 s);
 - page switch: a click on a page in the sidebar's menu until that page is drawn and idle (1 s),
@@ -125,6 +127,43 @@ def bench_next(browser, url: str, runs: int, lesson: str = "00_two_chat_turns", 
         k += 1
     ctx.close()
     return out, busy
+
+
+# Next pressed inside the page, until the step after it is painted: the click's handler draws
+# the step synchronously, the next animation frame lays it out and paints, and the task after
+# that frame runs once the frame is done. No driver round trip is in it (Playwright's click
+# waits for the button to be stable over two frames and each wait polls once a frame).
+IN_PAGE_NEXT_JS = """async () => {
+  const next = document.querySelector('.px-b-next');
+  const t = performance.now();
+  next.click();
+  await new Promise(r => requestAnimationFrame(() => setTimeout(r, 0)));
+  return [performance.now() - t, Number(document.querySelector('.px-now').dataset.pxNow)];
+}"""
+
+
+def bench_next_in_page(browser, url: str, runs: int, presenter: bool = False) -> list[float]:
+    """Next -> painted, timed by the page's own clock (ms), on the default lesson."""
+    ctx = browser.new_context(viewport={"width": 1500, "height": 1000})
+    page = ctx.new_page()
+    page.goto(url + "/?step=0" + ("&presenter=1" if presenter else ""))
+    _wait(page, ".px-now")
+    out: list[float] = []
+    k = 0
+    while len(out) < runs:
+        if page.locator(".px-b-next").first.is_disabled():  # the last step: start over (not timed)
+            page.locator(".px-b-first").first.click()
+            _wait(page, js=_headline_is(0))
+            k = 0
+            continue
+        ms, shown = page.evaluate(IN_PAGE_NEXT_JS)
+        if shown != k + 1:
+            raise RuntimeError(f"Next drew step {shown}, not {k + 1}")
+        page.wait_for_function(IDLE_JS, timeout=120_000, polling="raf")
+        out.append(ms)
+        k += 1
+    ctx.close()
+    return out
 
 
 def _pick_lesson(page, stem: str) -> None:
@@ -272,6 +311,10 @@ def main() -> int:
             wall, busy = bench_next(browser, url, args.runs, presenter=True)
             row("Next -> idle (default lesson, presenter mode)", wall, TARGETS_MS["next"])
             row("  browser main thread busy per Next (presenter)", busy, None)
+            for presenter in (False, True):
+                where = "presenter mode" if presenter else "full page"
+                ms = bench_next_in_page(browser, url, args.runs, presenter)
+                row(f"Next -> painted, the page's own clock (default lesson, {where})", ms, 50)
             for stem in filter(None, (x.strip() for x in args.next_lessons.split(","))):
                 for presenter in (False, True):
                     wall, _ = bench_next(browser, url, args.runs, lesson=stem, presenter=presenter)

@@ -38,6 +38,23 @@ SHOTS = REPO / "test-output" / "e2e"
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 
 
+# The stage writes the step and the open block into the address when the page is next idle
+# (explorer/ui/static/stage.js, writeUrlSoon): a test that reads the address waits for it.
+_URL_SETTLED_JS = """() => {
+  const kept = window.__pxStageKept;
+  if (!kept) return false;
+  const q = new URL(window.location.href).searchParams;
+  const block = kept.block === null ? null : String(kept.block);
+  return q.get('step') === String(kept.k) && q.get('block') === block;
+}"""
+
+
+def settled_url(page) -> str:
+    """The page's address once it holds the step and block the stage shows."""
+    page.wait_for_function(_URL_SETTLED_JS, timeout=30_000, polling="raf")
+    return page.evaluate("() => window.location.href")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

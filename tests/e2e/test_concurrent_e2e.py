@@ -18,7 +18,7 @@ import urllib.request
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import wait_idle
+from tests.e2e.conftest import settled_url, wait_idle
 
 pytestmark = pytest.mark.e2e
 
@@ -76,7 +76,7 @@ def _settle(page) -> tuple[int, dict[str, str]]:
         same = same + 1 if text == last else 0
         last = text
     assert last is not None
-    return int(last.split()[1]), _query(page.url)
+    return int(last.split()[1]), _query(settled_url(page))
 
 
 def _next(page) -> None:

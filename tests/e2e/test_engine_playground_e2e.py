@@ -10,7 +10,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from explorer.scenario.parse import load_scenario
-from tests.e2e.conftest import REPO, shot, wait_idle
+from tests.e2e.conftest import REPO, settled_url, shot, wait_idle
 
 pytestmark = pytest.mark.e2e
 
@@ -70,7 +70,7 @@ def test_edit_an_engine_step_scenario_and_share_it(px_browser: Browser, px_page:
     expect(page).to_have_url(re.compile(r"[?&]sched=async(&|$)"), timeout=30_000)
     expect(page).to_have_url(re.compile(r"[?&]mnbt=256(&|$)"), timeout=30_000)
     expect(page).to_have_url(re.compile(rf"[?&]step={k + 1}(&|$)"), timeout=30_000)
-    shared, headline, now = page.url, page.locator(HEADLINE).inner_text(), _now(page)
+    shared, headline, now = settled_url(page), page.locator(HEADLINE).inner_text(), _now(page)
     assert "ed=" in shared
     other = px_browser.new_context(viewport={"width": 1500, "height": 1000})
     try:

@@ -14,7 +14,7 @@ from playwright.sync_api import expect
 from explorer.hashcalc import block_hash_table
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario, parse_scenario_text
-from tests.e2e.conftest import REPO, shot, wait_idle
+from tests.e2e.conftest import REPO, settled_url, shot, wait_idle
 
 pytestmark = pytest.mark.e2e
 
@@ -94,7 +94,7 @@ def test_step_a_lesson_to_the_end_against_the_replay_json(px_page, px_app_url):
     queries = page.locator('.px-metric[data-px-stat="queries"] .px-metric-value').first.inner_text().strip()
     assert queries == f"{final['stats']['queries']:,}"
     expect(page.locator(".px-b-next").first).to_be_disabled()
-    assert re.search(r"[?&]step=20(&|$)", page.url)
+    assert re.search(r"[?&]step=20(&|$)", settled_url(page))
 
 
 def test_type_a_prompt_in_the_playground(px_page, px_app_url):
@@ -123,7 +123,7 @@ def test_type_a_prompt_in_the_playground(px_page, px_app_url):
     _click(page, "px_b_admit", "Step 22 of 22: admit P1")
     assert "P1" in page.locator("[data-px-request]").last.inner_text()
     _click(page, "px_b_finish", "Step 23 of 23: finish P1")
-    assert "step=23" in page.url and "ed=" in page.url
+    assert "step=23" in settled_url(page) and "ed=" in settled_url(page)
 
 
 def test_a_shared_link_opens_the_same_step(px_browser, px_page, px_app_url):
@@ -136,7 +136,7 @@ def test_a_shared_link_opens_the_same_step(px_browser, px_page, px_app_url):
     expect(page.locator(".px-title-sub")).to_contain_text("block size 32", timeout=90_000)
     wait_idle(page)
     _click(page, "px_b_next", "Step 6 of 20: admit B1")
-    url = page.url
+    url = settled_url(page)
     assert "bs=32" in url and "step=6" in url
     headline, digest = _headline(page), page.locator(".st-key-px_panel_lookup").inner_text()
     other = px_browser.new_context(viewport={"width": 1500, "height": 1000})
@@ -159,7 +159,7 @@ def test_autoplay_steps_to_the_end_and_stops(px_page, px_app_url):
     expect(page.locator(".px-b-play")).to_have_attribute("aria-pressed", "true")
     expect(page.locator(".px-now .px-headline")).to_contain_text("Step 20 of 20", timeout=90_000)
     expect(page.locator(".px-b-play")).to_have_attribute("aria-pressed", "false", timeout=30_000)
-    assert "step=20" in page.url
+    assert "step=20" in settled_url(page)
 
 
 def test_two_browser_sessions_do_not_share_state(px_browser, px_app_url):
@@ -191,7 +191,7 @@ def test_clicking_a_block_shows_its_history(px_page, px_app_url):
     page.locator('.px-grid [data-px-block="1"]').click()
     expect(page.locator("[data-px-history]")).to_contain_text("taken by B2 as its block 0", timeout=90_000)
     wait_idle(page)
-    assert "block=1" in page.url
+    assert "block=1" in settled_url(page)
     text = page.locator("[data-px-history]").inner_text()
     assert "taken by A1 as its block 0" in text and "got hash" in text
     page.locator(".px-history").scroll_into_view_if_needed()
@@ -246,7 +246,7 @@ def test_the_step_slider_moves_the_view_and_follows_next(px_page, px_app_url):
     page.mouse.click(box["x"] + box["width"] * 0.75, box["y"] + box["height"] / 2)
     expect(page.locator(".px-now .px-headline")).to_contain_text("Step 15 of 20", timeout=90_000)
     wait_idle(page)
-    assert "step=15" in page.url
+    assert "step=15" in settled_url(page)
     page.keyboard.press("ArrowRight")  # the slider has the focus: one step, not two
     expect(page.locator(".px-now .px-headline")).to_contain_text("Step 16 of 20", timeout=90_000)
     wait_idle(page)
@@ -274,6 +274,6 @@ def test_stepping_sends_nothing_to_the_server(px_page, px_app_url):
     expect(page.locator("[data-px-history]")).to_contain_text("taken by A1 as its block 0")
     page.locator("input.px-range").fill("12")
     expect(page.locator(".px-now .px-headline")).to_contain_text("Step 12 of 20")
-    assert "step=12" in page.url and "block=1" in page.url
+    assert "step=12" in settled_url(page) and "block=1" in settled_url(page)
     page.wait_for_timeout(500)
     assert len(sent) == before, sent[before:]

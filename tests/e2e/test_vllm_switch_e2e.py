@@ -8,7 +8,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import shot, wait_idle
+from tests.e2e.conftest import settled_url, shot, wait_idle
 
 pytestmark = pytest.mark.e2e
 
@@ -42,7 +42,7 @@ def test_the_explorer_switches_between_0_31_and_0_33(px_page, px_app_url):
     assert _active(page) == "0.33.0"
     # The link carries the release: opened in a fresh tab, it replays under 0.33.0 at once.
     expect(page).to_have_url(re.compile(r"[?&]vllm=0\.33\.0(&|$)"), timeout=30_000)
-    shared = page.url
+    shared = settled_url(page)
     fresh = page.context.new_page()
     try:
         fresh.goto(shared)

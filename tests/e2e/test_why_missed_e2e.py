@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 from explorer.miss.sentence import miss_sentence
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario
-from tests.e2e.conftest import REPO, shot, wait_idle
+from tests.e2e.conftest import REPO, settled_url, shot, wait_idle
 
 pytestmark = pytest.mark.e2e
 
@@ -42,7 +42,7 @@ def test_the_lookup_panel_says_why_and_goes_to_the_evicting_step(px_page, px_app
     target = miss.evicted_by.step + 1
     part.locator(".px-b-goto").click()
     expect(page.locator(".px-now .px-headline")).to_contain_text(f"Step {target} of {n}: ", timeout=30_000)
-    assert f"step={target}" in page.url
+    assert f"step={target}" in settled_url(page)
     headline = page.locator(".px-now .px-headline").inner_text()
     assert miss.evicted_by.request_id in headline  # the allocation that popped the block
     # a step with no lookup has no "Why it missed" part

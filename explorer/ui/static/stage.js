@@ -57,12 +57,28 @@ function build(root) {
 
 function clamp(k, n) { return Math.max(0, Math.min(n, k)); }
 
-function writeUrl(s) {
+function viewUrl(s) {
   const u = new URL(window.location.href);
   u.searchParams.set('step', String(s.k));
   if (s.block === null) u.searchParams.delete('block'); else u.searchParams.set('block', String(s.block));
-  if (u.href !== window.location.href) window.history.replaceState(window.history.state, '', u.href);
-  s.shareCode.textContent = u.href;
+  return u.href;
+}
+
+function writeUrl(s) {
+  const href = viewUrl(s);
+  if (href !== window.location.href) window.history.replaceState(window.history.state, '', href);
+  s.shareCode.textContent = href;
+}
+
+// The address bar follows the step when the page is next idle, after the frame that shows the
+// step: replaceState is a round trip to the browser's own process (about 10 ms a call on a busy
+// machine), which a Next should not wait for. The share box says the new address at once.
+function writeUrlSoon(s) {
+  s.shareCode.textContent = viewUrl(s);
+  if (s.urlSoon) return;
+  s.urlSoon = true;
+  const later = window.requestIdleCallback || ((f) => setTimeout(f, 50));
+  later(() => { s.urlSoon = false; writeUrl(s); }, { timeout: 250 });
 }
 
 function historyBox(s) {
@@ -138,7 +154,7 @@ function draw(s) {
   s.share.hidden = d.presenter;
   s.root.dataset.pxStep = String(s.k);
   window.__pxStageKept = { nav: s.nav, k: s.k, block: s.block };
-  writeUrl(s);
+  writeUrlSoon(s);
   fitPresenter(s);
 }
 
