@@ -20,7 +20,7 @@ from explorer.events.endpoints import is_bind_endpoint, offset_endpoint_port
 from explorer.events.publisher import KVEventPublisher
 from explorer.events.subscriber import KVEventSubscriber
 from tests.events.helpers import LOOPBACK, DroppingProxy, free_port, scenario_file
-from tests.events.vllm_side import VllmHelper, all_fields
+from tests.events.vllm_side import VllmHelper, VllmHelperError, all_fields
 
 pytestmark = pytest.mark.conformance
 
@@ -279,6 +279,20 @@ def test_gaps_recovered_from_vllms_replay_router(vllm):
         proxy.close()
 
 
+def start_on_released_port(vllm, timeout=10.0, **kw):
+    """A new publisher on the replay port the last one closed: ZMQ releases a closed socket's
+    port in its own I/O thread, so a restart on the same port may find it busy for a moment
+    (as a restarted vLLM would); retried until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return vllm.call("publisher", **kw)
+        except VllmHelperError as e:
+            if "Address already in use" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def test_vllm_restart_clears_the_instance(vllm):
     rport = free_port()
     with KVEventSubscriber(ANY, bind=True, monitor=True) as sub:
@@ -290,7 +304,7 @@ def test_vllm_restart_clears_the_instance(vllm):
         applied = pump(sub, lambda o: len(o) >= 3)
         vllm.call("shutdown", name="r1")
         sub.connection = "waiting"
-        vllm.call("publisher", name="r2", endpoint=ep, replay_endpoint=rep)
+        start_on_released_port(vllm, name="r2", endpoint=ep, replay_endpoint=rep)
         try:
             wait_connected(sub)
             vllm.call("publish", name="r2", batches=second)
