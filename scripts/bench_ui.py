@@ -99,6 +99,15 @@ def _metrics(cdp) -> dict[str, float]:
     return {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
 
 
+def _restarted_at_last(page) -> bool:
+    """At the last step, back to step 0 (not timed); whether it was there."""
+    if not page.locator(".px-b-next").first.is_disabled():
+        return False
+    page.locator(".px-b-first").first.click()
+    _wait(page, js=_headline_is(0))
+    return True
+
+
 def bench_next(browser, url: str, runs: int, lesson: str = "00_two_chat_turns", presenter: bool = False):
     """(wall ms per Next, the browser main thread's busy ms per Next: script, layout, style and
     the rest of its tasks, from Chromium's own counters, less sensitive to a busy machine)."""
@@ -112,12 +121,10 @@ def bench_next(browser, url: str, runs: int, lesson: str = "00_two_chat_turns", 
     busy: list[float] = []
     k = 0
     while len(out) < runs:
-        nxt = page.locator(".px-b-next").first
-        if nxt.is_disabled():  # the last step: start over (not timed)
-            page.locator(".px-b-first").first.click()
-            _wait(page, js=_headline_is(0))
+        if _restarted_at_last(page):
             k = 0
             continue
+        nxt = page.locator(".px-b-next").first
         before = _metrics(cdp)
         t = time.perf_counter()
         nxt.click()
@@ -151,9 +158,7 @@ def bench_next_in_page(browser, url: str, runs: int, presenter: bool = False) ->
     out: list[float] = []
     k = 0
     while len(out) < runs:
-        if page.locator(".px-b-next").first.is_disabled():  # the last step: start over (not timed)
-            page.locator(".px-b-first").first.click()
-            _wait(page, js=_headline_is(0))
+        if _restarted_at_last(page):
             k = 0
             continue
         ms, shown = page.evaluate(IN_PAGE_NEXT_JS)

@@ -241,14 +241,14 @@ class BlockPool:
         ret = self.free_block_queue.popleft_n(num_blocks)
         observer = self.block_observer
         gone: list[BlockHashWithGroupId] | None = [] if self.observer is not None else None
-        if observer is None and not self.enable_kv_cache_events and not self.cached_block_hashes_by_block:
-            self._evict_plain(ret, gone)  # collects only the keys whose last block went
+        plain = observer is None and not self.enable_kv_cache_events and not self.cached_block_hashes_by_block
+        if plain:
+            self._evict_plain(ret, gone)
         else:
             self._evict_reported(ret, gone, observer)
-            if gone:  # a hash is gone only when its last duplicate goes
-                gone = list(self.cached_block_hash_to_block.missing(gone))
-        if gone and self.observer is not None:
-            self.observer.on_hashes_removed(tuple(gone), "evicted")
+        if gone and self.observer is not None:  # a hash is gone only when its last duplicate goes
+            keys = tuple(gone) if plain else self.cached_block_hash_to_block.missing(gone)
+            self.observer.on_hashes_removed(keys, "evicted")
         return ret
 
     def _evict_plain(self, ret: list[KVCacheBlock], gone: list[BlockHashWithGroupId] | None) -> None:
@@ -256,7 +256,7 @@ class BlockPool:
         result: each cached block's one key leaves the map, as _maybe_evict_cached_block would
         remove it (this loop runs once per allocated block of a long replay). ``gone``
         collects the keys no block is cached under any more."""
-        pop = self.cached_block_hash_to_block.pop_last
+        pop = self.cached_block_hash_to_block.pop_last  # one probe of the map a block, not `pop` + a lookup
         caching = self.enable_caching
         for block in ret:
             key = block._block_hash
