@@ -23,6 +23,7 @@ from explorer.core.hashing import HASH_ALGOS, NON_CRYPTO_HASH_ALGOS
 from explorer.core.release import RELEASES
 from explorer.errors import BadInput
 from explorer.numbers import is_int
+from explorer.scenario.budget import check_replay_budget
 from explorer.scenario.parse import parse_scenario_bytes, with_steps
 from explorer.scenario.spec import Limits, Scenario, replace_engine_seed
 from explorer.scenario.trace import Trace
@@ -44,12 +45,18 @@ LESSONS_DIR = Path(__file__).resolve().parents[2] / "lessons"
 DEFAULT_LESSON = "00_two_chat_turns"
 
 # Per-session caps (the CLI's are far larger).
-UI_LIMITS = Limits(max_prompt_tokens=65_536, max_total_tokens=1 << 19, max_steps=600, max_blocks=8_192)
+# The CLI's caps (explorer/scenario/budget.py and the parser's), with these values.
+UI_LIMITS = Limits(
+    max_prompt_tokens=65_536,
+    max_total_tokens=1 << 19,
+    max_steps=600,
+    max_blocks=8_192,
+    max_snapshot_cells=1_500_000,  # block entries in the snapshots of one replay
+)
 MAX_UPLOAD_BYTES = 256 * 1024
 MAX_REQUESTS = 256  # arrive ops in one session's scenario
 MAX_EDITS = 200  # playground steps
 MAX_BLOCK_SIZE = 1024
-MAX_SNAPSHOT_CELLS = 1_500_000  # (steps + 1) x blocks: the memory one replay may hold
 MAX_GENERATE = 4_096
 
 ENGINE_KEYS = ("block_size", "num_blocks", "hash_algo", "hash_seed", "enable_prefix_caching", "vllm")
@@ -302,12 +309,9 @@ def check_size(scenario: Scenario) -> None:
     arrivals = sum(1 for op in scenario.ops if op.op == "arrive")
     if arrivals > MAX_REQUESTS:
         raise BadInput(f"{scenario.source}: {arrivals} requests, more than the limit of {MAX_REQUESTS} per session")
-    cells = (len(scenario.ops) + 1) * scenario.engine.num_blocks
-    if cells > MAX_SNAPSHOT_CELLS:
-        raise BadInput(
-            f"{scenario.source}: {len(scenario.ops)} steps x {scenario.engine.num_blocks:,} blocks is too much to keep a snapshot of every step "
-            f"(at most {MAX_SNAPSHOT_CELLS:,} step-blocks per session): use fewer blocks or fewer steps"
-        )
+    # The replay caps the CLI applies (snapshots, engine-step records, recorded decodes), counted
+    # before anything runs, under the page's limits.
+    check_replay_budget(scenario, UI_LIMITS, record=True)
 
 
 def effective_scenario(
