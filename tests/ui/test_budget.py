@@ -9,6 +9,7 @@ import tracemalloc
 import pytest
 
 from explorer.errors import BadInput
+from explorer.scenario.budget import snapshot_cells
 from explorer.scenario.parse import parse_scenario_text
 from explorer.ui.budget import SESSION_BUDGET, ReplayCache, check_budget, estimate_replay_bytes
 from explorer.ui.state import UI_LIMITS, replay_until_error
@@ -122,14 +123,20 @@ def test_the_cache_keeps_within_its_budget_and_makes_room_before_it_makes():
 
 
 def test_a_link_whose_replay_is_over_the_budget_shows_one_error_and_the_lesson():
+    """Over the snapshot cap the page shares with the CLI (its live requests' blocks), then, with
+    long labels on few blocks, under that cap but over the session's memory budget."""
     steps = [{"op": "arrive", "id": f"W{i}", "prompt": f"{i * 5_000}:{i * 5_000 + 2_000}"} for i in range(250)]
-    up = blob({"name": "huge.toml", "toml": _toml({"block_size": 4, "num_blocks": 300}, steps)})
-    assert estimate_replay_bytes(parse_scenario_text(_toml({"block_size": 4}, steps), "x", UI_LIMITS)) > SESSION_BUDGET
-    at = explorer(query={"up": up})
-    no_exception(at)
-    errs = errors(at)
-    assert len(errs) == 1 and "huge.toml" in errs[0] and "budget" in errs[0], errs
-    assert page_title(at) == "Two chat turns"
+    huge = _toml({"block_size": 4, "num_blocks": 300}, steps)
+    salted = [dict(s, cache_salt=f"{i:04d}" + "s" * 60) for i, s in enumerate(steps[:100])]
+    labelled = _toml({"block_size": 16, "num_blocks": 300}, salted)
+    sc = parse_scenario_text(labelled, "x", UI_LIMITS)
+    assert snapshot_cells(sc, True) <= UI_LIMITS.max_snapshot_cells and estimate_replay_bytes(sc) > SESSION_BUDGET
+    for name, text, said in (("huge.toml", huge, "block entries"), ("salted.toml", labelled, "budget")):
+        at = explorer(query={"up": blob({"name": name, "toml": text})})
+        no_exception(at)
+        errs = errors(at)
+        assert len(errs) == 1 and name in errs[0] and said in errs[0], errs
+        assert page_title(at) == "Two chat turns"
 
 
 def test_a_session_that_ends_releases_its_replays():
