@@ -22,7 +22,9 @@ def test_a_replay_past_the_pages_snapshot_cap_is_refused_with_the_clis_message()
     assert snapshot_cells(fits, True) == 600 * 2_400 <= UI_LIMITS.max_snapshot_cells
     check_size(fits)
     over = parse_scenario_dict(_resets(2_600, 599), "over.toml", UI_LIMITS)
-    with pytest.raises(BadInput, match=r"over\.toml: replaying 599 steps on 2,600 blocks .* more than the limit 1,500,000"):
+    with pytest.raises(
+        BadInput, match=r"over\.toml: replaying 599 steps on 2,600 blocks .* more than the limit 1,500,000"
+    ):
         check_size(over)
 
 
