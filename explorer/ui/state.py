@@ -45,13 +45,10 @@ LESSONS_DIR = Path(__file__).resolve().parents[2] / "lessons"
 DEFAULT_LESSON = "00_two_chat_turns"
 
 # Per-session caps (the CLI's are far larger).
-# The CLI's caps (explorer/scenario/budget.py and the parser's), with these values.
+# The CLI's caps (the parser's, explorer/scenario/budget.py's) with these values; snapshot cells:
+# block entries in the snapshots of one replay.
 UI_LIMITS = Limits(
-    max_prompt_tokens=65_536,
-    max_total_tokens=1 << 19,
-    max_steps=600,
-    max_blocks=8_192,
-    max_snapshot_cells=1_500_000,  # block entries in the snapshots of one replay
+    max_prompt_tokens=65_536, max_total_tokens=1 << 19, max_steps=600, max_blocks=8_192, max_snapshot_cells=1_500_000
 )
 MAX_UPLOAD_BYTES = 256 * 1024
 MAX_REQUESTS = 256  # arrive ops in one session's scenario

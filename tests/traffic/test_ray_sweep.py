@@ -168,6 +168,7 @@ def test_ctrl_c_cancels_the_sweep_and_leaves_no_worker(tmp_path, scratch):
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
     _, rest = proc.communicate(timeout=120)
-    assert proc.returncode == 130, (seen + rest)[-2000:]
+    # the head of what followed the interrupt says why (Ray's native stack traces fill the tail)
+    assert proc.returncode == 130, rest[:3000] + "\n...\n" + rest[-1000:]
     assert "4/4 cells" not in seen + rest
     assert _wait_none_left(tag) == [], "a process of the sweep outlived Ctrl-C"
