@@ -179,10 +179,13 @@ def step_records(scenario: Scenario, upto: int | None = None) -> int:
     return records
 
 
-def check_replay_budget(scenario: Scenario, limits: Limits, record: bool, upto: int | None = None) -> None:
+def check_replay_budget(
+    scenario: Scenario, limits: Limits, record: bool, upto: int | None = None, *, cli: bool = True
+) -> None:
     """BadInput, before anything runs, when the replay's snapshots would pass their cap, or
     (recorded) the reports of its `generate` tokens theirs: each generated token is one
-    allocation, whose admission check and cache call a recorded step keeps."""
+    allocation, whose admission check and cache call a recorded step keeps. ``cli``: the message
+    may offer `run --json` (a lean replay); the web app has no such way out."""
     records = step_records(scenario, upto)
     if records > limits.max_step_records:
         raise BadInput(
@@ -197,7 +200,7 @@ def check_replay_budget(scenario: Scenario, limits: Limits, record: bool, upto: 
         if decodes > limits.max_recorded_decodes:
             raise BadInput(
                 f"{scenario.source}: recording {decodes:,} generated tokens keeps a report of each, more than "
-                f"the limit {limits.max_recorded_decodes:,} (`run --json` keeps no reports)"
+                f"the limit {limits.max_recorded_decodes:,}" + (" (`run --json` keeps no reports)" if cli else "")
             )
     cells = snapshot_cells(scenario, record, upto)
     cap = limits.max_snapshot_cells
@@ -205,7 +208,9 @@ def check_replay_budget(scenario: Scenario, limits: Limits, record: bool, upto: 
         return
     steps = len(scenario.ops) if upto is None else min(upto, len(scenario.ops))
     what = "a snapshot of every step" if record else "snapshots of the steps with an `expect`"
-    hint = " (`run --json` keeps only the final state)" if record else ""
+    hint = ""
+    if record:  # the CLI can offer its lean replay; the page can only ask for a smaller scenario
+        hint = " (`run --json` keeps only the final state)" if cli else ": use fewer blocks or fewer steps"
     raise BadInput(
         f"{scenario.source}: replaying {steps:,} steps on {scenario.engine.num_blocks:,} blocks with {what} "
         f"would hold {cells:,} block entries (the pool's, the live requests' and a CPU tier's), more than the limit "

@@ -44,9 +44,8 @@ from explorer.ui.url_blob import URL_BLOB_CAP, decode_blob, encode_blob
 LESSONS_DIR = Path(__file__).resolve().parents[2] / "lessons"
 DEFAULT_LESSON = "00_two_chat_turns"
 
-# Per-session caps (the CLI's are far larger).
-# The CLI's caps (the parser's, explorer/scenario/budget.py's) with these values; snapshot cells:
-# block entries in the snapshots of one replay.
+# Per-session values of the CLI's caps (the parser's and explorer/scenario/budget.py's, far larger
+# there); snapshot cells: block entries in the snapshots of one replay.
 UI_LIMITS = Limits(
     max_prompt_tokens=65_536, max_total_tokens=1 << 19, max_steps=600, max_blocks=8_192, max_snapshot_cells=1_500_000
 )
@@ -308,7 +307,7 @@ def check_size(scenario: Scenario) -> None:
         raise BadInput(f"{scenario.source}: {arrivals} requests, more than the limit of {MAX_REQUESTS} per session")
     # The replay caps the CLI applies (snapshots, engine-step records, recorded decodes), counted
     # before anything runs, under the page's limits.
-    check_replay_budget(scenario, UI_LIMITS, record=True)
+    check_replay_budget(scenario, UI_LIMITS, record=True, cli=False)
 
 
 def effective_scenario(

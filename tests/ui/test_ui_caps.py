@@ -24,8 +24,10 @@ def test_a_replay_past_the_pages_snapshot_cap_is_refused_with_the_clis_message()
     over = parse_scenario_dict(_resets(2_600, 599), "over.toml", UI_LIMITS)
     with pytest.raises(
         BadInput, match=r"over\.toml: replaying 599 steps on 2,600 blocks .* more than the limit 1,500,000"
-    ):
+    ) as refused:
         check_size(over)
+    # no command line to offer on the page: the way out is a smaller scenario
+    assert "run --json" not in str(refused.value) and str(refused.value).endswith(": use fewer blocks or fewer steps")
 
 
 def test_the_live_requests_blocks_count_too():
