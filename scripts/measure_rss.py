@@ -36,6 +36,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from explorer.ui.timings import TRIM_ENV, trim_after_s  # noqa: E402 (after the path it is found on)
+
 CHROMIUM = "/usr/bin/chromium"  # Debian's
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 PAGES = ["", "lessons", "practice", "hash", "live", "replay", "router"]
@@ -117,7 +119,14 @@ def wait_return(pid: int, target: float, settle: float) -> tuple[float, float]:
         time.sleep(0.5)
 
 
-def measure(sessions_at_once: int = 4, rounds: int = 2, steps: int = 6, settle: float = 60.0, pymalloc: bool = False):
+def measure(
+    sessions_at_once: int = 4,
+    rounds: int = 2,
+    steps: int = 6,
+    settle: float = 60.0,
+    pymalloc: bool = False,
+    trim_after: str | None = None,
+):
     """Run the server, the warm-up and the rounds; the figures as a dict (see the module docstring)."""
     from playwright.sync_api import sync_playwright
 
@@ -131,6 +140,11 @@ def measure(sessions_at_once: int = 4, rounds: int = 2, steps: int = 6, settle: 
     env.pop("PYTHONMALLOC", None)
     if not pymalloc:
         env["PYTHONMALLOC"] = "malloc"  # as `make run` starts it (explorer.ui.budget.release_cache says why)
+    env.pop(TRIM_ENV, None)
+    if trim_after:
+        env[TRIM_ENV] = trim_after
+    # idle is read once the warm session's own late trims have run (the server's last, and a margin)
+    idle_wait = max(trim_after_s(env)) + 5.0
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     origin = f"http://127.0.0.1:{port}"
     peak = 0.0
@@ -153,11 +167,10 @@ def measure(sessions_at_once: int = 4, rounds: int = 2, steps: int = 6, settle: 
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
             try:
-                # warm: every page and code path once, with small data, so every import is loaded;
-                # idle is read once the warm session's own late trims (up to 30 s) have run
+                # warm: every page and code path once, with small data, so every import is loaded
                 small = heavy_scenario(rounds=2, blocks=2_000, tokens=4_000)
                 sessions(browser, 1, [f"{origin}/{page}" for page in PAGES] + links(origin, small), 2, errors)
-                time.sleep(35.0)
+                time.sleep(idle_wait)
                 idle = rss_mib(proc.pid)
                 watcher = threading.Thread(target=watch, daemon=True)
                 watcher.start()
@@ -198,9 +211,14 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=6, help="Next clicks per link")
     ap.add_argument("--settle", type=float, default=60.0, help="seconds the RSS may take to return")
     ap.add_argument("--pymalloc", action="store_true", help="run the server on Python's own allocator")
+    ap.add_argument(
+        "--trim-after",
+        help="seconds after a session's end at which the server hands its memory back again, "
+        "comma-separated (the server's EXPLORER_TRIM_AFTER_S; default 2,10,30)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    out = measure(args.sessions, args.rounds, args.steps, args.settle, args.pymalloc)
+    out = measure(args.sessions, args.rounds, args.steps, args.settle, args.pymalloc, args.trim_after)
     if args.json:
         print(json.dumps(out))
     else:

@@ -24,6 +24,7 @@ from typing import Any
 from explorer.errors import BadInput
 from explorer.scenario.ops import Arrival, Arrive, EngineArrive, Generate, Op, Sample
 from explorer.scenario.spec import Scenario
+from explorer.ui.timings import trim_after_s
 
 SESSION_BUDGET = 384 << 20  # bytes of scenarios and replays one browser session may hold
 
@@ -181,8 +182,9 @@ class ReplayCache:
 
 # Seconds after a session's release at which its memory is handed back again: a script run of
 # the ended session may still be finishing (Streamlit stops a run only at its next call into
-# Streamlit), and the replay it was building is freed only when that run ends.
-TRIM_AGAIN_AFTER_S = (2.0, 10.0, 30.0)
+# Streamlit), and the replay it was building is freed only when that run ends. 2, 10 and 30 s
+# unless EXPLORER_TRIM_AFTER_S says otherwise (explorer/ui/timings.py).
+TRIM_AGAIN_AFTER_S = trim_after_s()
 
 
 def release_cache(cache: ReplayCache) -> None:

@@ -26,7 +26,10 @@ from typing import Any
 
 from streamlit.runtime.scriptrunner import get_script_run_ctx
 
-ABANDON_S = 30.0  # a job whose browser session has been gone this long is terminated
+from explorer.ui.timings import abandon_s
+
+# a job whose browser session has been gone this long is terminated (30 s unless EXPLORER_ABANDON_S says)
+ABANDON_S = abandon_s()
 WATCH_S = 1.0  # how often the watchdog looks at the session
 KILL_AFTER_S = 3.0  # a worker that ignores SIGTERM (or is stopped) this long is killed
 

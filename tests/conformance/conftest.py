@@ -32,6 +32,8 @@ class Oracles:
 
     def close(self) -> None:
         for oracle in self._held.values():
+            oracle.begin_close()  # every driver ends at once: the session's teardown waits for the slowest
+        for oracle in self._held.values():
             oracle.close()
 
 

@@ -96,3 +96,18 @@ def test_a_bad_check_fraction_is_refused(monkeypatch):
     monkeypatch.setenv(answer_cache.CHECK_ENV, "2")
     with pytest.raises(ValueError, match="EXPLORER_ORACLE_CHECK"):
         answer_cache.check_fraction()
+
+
+def test_the_check_is_drawn_by_driver_and_release_once_per_process(monkeypatch):
+    """EXPLORER_ORACLE_CHECK samples (driver, release) pairs: a pair's draw stays for the process,
+    so a checked driver checks every cached answer it reads and an unchecked one starts no vLLM."""
+    monkeypatch.setattr(answer_cache, "_DRAWS", {})
+    monkeypatch.setenv(answer_cache.CHECK_ENV, "0.5")
+    pairs = [(f"driver_{i}.py", release) for i in range(200) for release in RELEASES]
+    first = [answer_cache.checks_driver(*pair) for pair in pairs]
+    assert first == [answer_cache.checks_driver(*pair) for pair in pairs]  # drawn once
+    assert 0.3 < sum(first) / len(first) < 0.7  # 400 draws at one half: 0.3-0.7 fails once in ~10^15
+    monkeypatch.setenv(answer_cache.CHECK_ENV, "0")
+    assert not any(answer_cache.checks_driver(*pair) for pair in pairs)
+    monkeypatch.setenv(answer_cache.CHECK_ENV, "1")
+    assert all(answer_cache.checks_driver(*pair) for pair in pairs)

@@ -14,10 +14,13 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from explorer.ui.replay_worker import ABANDON_S
+from explorer.ui.timings import ABANDON_ENV
 from tests.e2e.conftest import REPO, _free_port, streamlit_command, wait_idle
 
 pytestmark = pytest.mark.e2e
+
+# The server ends a closed tab's job after this many seconds (30 by default): the same rule, sooner.
+ABANDON_S = 5.0
 
 
 def _workers_of(pid: int) -> list[int]:
@@ -74,7 +77,11 @@ def test_a_hung_worker_ends_with_its_tab_and_none_outlive_the_server(px_browser)
     port = _free_port()
     log = open(REPO / "test-output" / "e2e-replay-worker.log", "wb")  # noqa: SIM115
     server = subprocess.Popen(
-        streamlit_command(port), cwd=REPO, env={**os.environ, "PYTHONMALLOC": "malloc"}, stdout=log, stderr=log
+        streamlit_command(port),
+        cwd=REPO,
+        env={**os.environ, "PYTHONMALLOC": "malloc", ABANDON_ENV: str(ABANDON_S)},
+        stdout=log,
+        stderr=log,
     )
     url = f"http://127.0.0.1:{port}"
     seen: list[int] = []
