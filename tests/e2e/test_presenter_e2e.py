@@ -161,21 +161,21 @@ def test_trace_replay_keeps_its_last_result_and_settings(px_page, px_app_url):
     page.get_by_role("button", name="Run replay").wait_for(timeout=90_000)
     wait_idle(page)
     box = page.get_by_role("spinbutton", name="Requests to replay (0 = all)")
-    box.fill("200")
+    box.fill("40")
     box.press("Enter")
     wait_idle(page)
     page.get_by_role("button", name="Run replay").click()
     page.locator(".st-key-replay_fig_size").wait_for(timeout=180_000)
     wait_idle(page)
-    summary = page.get_by_text("200 requests,", exact=False).first.inner_text()
+    summary = page.get_by_text("40 requests,", exact=False).first.inner_text()
     _nav(page, "Lessons")
     page.get_by_role("heading", name="Lessons").wait_for()
     wait_idle(page)
     _nav(page, "Trace replay")
     page.locator(".st-key-replay_fig_size").wait_for(timeout=90_000)
     wait_idle(page)
-    expect(page.get_by_role("spinbutton", name="Requests to replay (0 = all)")).to_have_value("200")
-    assert page.get_by_text("200 requests,", exact=False).first.inner_text() == summary
+    expect(page.get_by_role("spinbutton", name="Requests to replay (0 = all)")).to_have_value("40")
+    assert page.get_by_text("40 requests,", exact=False).first.inner_text() == summary
 
 
 def test_the_explorer_comes_back_at_the_step_the_browser_was_on(px_page, px_app_url):
