@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
+from explorer.scenario.records import CachedBlock, Freed, Popped, Touched
 from explorer.scenario.trace import Snapshot, Trace
 
 
@@ -21,10 +22,9 @@ def changed_blocks(trace: Trace, k: int) -> set[int]:
     after = trace.snapshot_at(k).blocks
     out = {i for i, (a, b) in enumerate(zip(before, after)) if a != b}
     out.update(step.new_block_ids or ())
-    out.update(step.touched)
-    out.update(f.block_id for f in step.freed)
-    out.update(b for b, _ in step.evicted)
-    out.update(c.block_id for c in step.cached)
+    for r in step.records:  # touched, freed, cached, and popped while still cached (evicted)
+        if isinstance(r, (Touched, Freed, CachedBlock)) or (isinstance(r, Popped) and r.evicted_hash is not None):
+            out.add(r.block_id)
     out.discard(0)
     return out
 
@@ -88,7 +88,8 @@ def block_history(
         op = step.op
         label = f"{op.op} {op.id}" if op.id is not None else op.op
         what: list[str] = []
-        evicted = next((h for b, h in step.evicted if b == block_id), None)
+        lost = (p.evicted_hash for p in step.of(Popped) if p.block_id == block_id and p.evicted_hash is not None)
+        evicted = next(lost, None)
         if evicted is not None:
             what.append(f"popped while still cached: lost hash {evicted.hex()[:12]}... (evicted, BlockRemoved)")
         elif h0 is not None and h1 != h0:
@@ -96,19 +97,19 @@ def block_history(
             what.append(f"lost hash {h0.hex()[:12]}... ({why})")
         for rid in holders.keys() - prev_holders.keys():
             pos = holders[rid]
-            if block_id in step.touched:
+            if any(t.block_id == block_id for t in step.of(Touched)):
                 how = "cache hit, taken out of the free queue" if rc0 == 0 else "cache hit, now shared"
             elif block_id in (step.new_block_ids or ()):
                 how = "popped from the free queue head"
             else:
                 how = "allocated"
             what.append(f"taken by {rid} as its block {pos} ({how})")
-        cached = next((c for c in step.cached if c.block_id == block_id), None)
+        cached = next((c for c in step.of(CachedBlock) if c.block_id == block_id), None)
         if h1 is not None and h1 != h0 and cached is not None:
             dup = f"; duplicate of #{', #'.join(map(str, cached.duplicate_of))}" if cached.duplicate_of else ""
             what.append(f"got hash {h1.hex()[:12]}... as block {cached.index} of {op.id} (BlockStored{dup})")
         for rid in prev_holders.keys() - holders.keys():
-            fr = next((f for f in step.freed if f.block_id == block_id), None)
+            fr = next((f for f in step.of(Freed) if f.block_id == block_id), None)
             where = {
                 "front": "to the front of the free queue",
                 "back": "to the back of the free queue (still cached)",

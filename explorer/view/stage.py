@@ -17,6 +17,7 @@ from markupsafe import Markup
 
 from explorer.errors import BadInput
 from explorer.scenario.ops import Arrive
+from explorer.scenario.records import HashedBlock
 from explorer.scenario.trace import Trace
 from explorer.view.history import block_history, changed_blocks, holders_by_step
 from explorer.view.html import columns, trusted
@@ -144,9 +145,10 @@ def snippets(trace: Trace) -> dict[int, dict[int, str]]:
     out: dict[int, dict[int, str]] = {}
     for k, step in enumerate(trace.steps, start=1):
         op = step.op
-        if not isinstance(op, Arrive) or not op.text or not step.hashed:
+        hashed = step.of(HashedBlock)
+        if not isinstance(op, Arrive) or not op.text or not hashed:
             continue
-        cards = list(step.hashed[:20]) + list(step.hashed[-4:])
+        cards = list(hashed[:20]) + list(hashed[-4:])
         try:
             out[k] = {hb.index: "".join(token_strings(op.prompt[hb.start : hb.end])) for hb in cards}
         except BadInput:
