@@ -191,3 +191,22 @@ def test_a_lean_replay_records_nothing_and_its_json_is_the_same():
     assert any(s.records for s in full.steps)
     assert lean.to_json() == full.to_json()
     assert all("records" not in s.to_json() for s in full.steps)
+
+
+def test_each_lookup_holds_only_its_own_walk():
+    """An engine step looks several requests up: each `Lookup` has its own probes, from block 0
+    to the first miss or the cap (with one KV cache group: a window group walks backwards)."""
+    golden = Path(__file__).resolve().parent / "golden"
+    several = 0
+    for path in [*sorted(LESSONS.glob("*.toml")), *sorted(golden.rglob("*.toml"))]:
+        scenario = load_scenario(path)
+        if scenario.groups is not None:
+            continue
+        for step in replay(scenario).steps:
+            lookups = step.of(Lookup)
+            several += len(lookups) > 1
+            for lk in lookups:
+                assert [i for i, _, _ in lk.probes] == list(range(len(lk.probes))), (path.name, step.index)
+                assert all(hit for _, hit, _ in lk.probes[:-1]), (path.name, step.index)
+                assert len(lk.probes) <= lk.cap_blocks, (path.name, step.index)
+    assert several >= 5
