@@ -15,7 +15,9 @@ from explorer.cli import build_parser, main
 from explorer.scenario.cli import render_text
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario
+from explorer.scenario.records import Freed
 from explorer.view.explain.engine_step import panels
+from tests.step_records import from_free_ids
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "scenario" / "golden" / "engine_steps"
@@ -71,9 +73,9 @@ def test_the_allocation_panel_counts_the_blocks_that_left_the_free_queue(stem, k
     trace = replay(load_scenario(ROOT / "lessons" / f"{stem}.toml"))
     step = trace.steps[k - 1]
     left = trace.snapshot_at(k - 1).num_free_blocks - trace.snapshot_at(k).num_free_blocks
-    freed = sum(1 for f in step.freed if f.to != "held")
+    freed = sum(1 for f in step.of(Freed) if f.to != "held")
     # The queue lost the new blocks and the touched hits it held, and got the freed blocks back.
-    popped = left + freed - len(step.touched_from_free)
+    popped = left + freed - len(from_free_ids(step))
     panel = next(p for p in panels(trace, k) if p.key == "allocate")
     text = panel.text if isinstance(panel.text, str) else " ".join(panel.text)
     said = [int(m.group(1)) for m in re.finditer(r"(\d+) new blocks?", text)]

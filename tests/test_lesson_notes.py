@@ -22,7 +22,9 @@ import pytest
 
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario
+from explorer.scenario.records import AdmissionCheck, Freed, Lookup, Popped
 from explorer.scenario.trace import Step, Trace
+from tests.step_records import evictions
 
 LESSONS = Path(__file__).resolve().parents[1] / "lessons"
 TOMLS = sorted(LESSONS.glob("*.toml"))
@@ -64,8 +66,9 @@ class At:
         """The lookup hits this step recorded (an admit's, an engine step's lookups)."""
         s = self.step
         out = {s.hit_tokens} if s.hit_tokens is not None else set()
-        if s.lookup is not None:
-            out.add(s.lookup.hit_tokens)
+        lk = s.last(Lookup)
+        if lk is not None:
+            out.add(lk.hit_tokens)
         out |= {r.num_local_tokens for r in s.engine_step.connector if r.kind == "lookup"} if s.engine_step else set()
         return out
 
@@ -108,12 +111,14 @@ def _arrival_blocks(m: re.Match[str], at: At) -> list[tuple[Any, Any]]:
 def _admission(m: re.Match[str], at: At) -> list[tuple[Any, Any]]:
     said = (_n(m.group("new")), _n(m.group("hit")), _n(m.group("free")), m.group("op") == "<=")
     assert _n(m.group("sum")) == said[0] + said[1], m.group(0)
-    checks = [(c.num_new_blocks, c.num_evictable_hit_blocks, c.num_free_blocks, c.ok) for c in at.step.admissions]
+    checks = [
+        (c.num_new_blocks, c.num_evictable_hit_blocks, c.num_free_blocks, c.ok) for c in at.step.of(AdmissionCheck)
+    ]
     return [(said, said if said in checks else checks)]
 
 
 def _freed(m: re.Match[str], at: At) -> list[tuple[Any, Any]]:
-    freed = at.step.freed
+    freed = at.step.of(Freed)
     held = sum(1 for f in freed if f.to == "held")
     return [
         (_n(m.group("all")), len(freed)),
@@ -179,13 +184,13 @@ RULES: list[tuple[str, str, frozenset[str] | None, Check]] = [
         "popped blocks",
         rf"(?:\bpops (?P<a>{N}) blocks|\b(?P<b>{N}) (?:new )?blocks (?:are popped|come from the|from the head))",
         None,
-        lambda m, at: [(_n(m.group("a") or m.group("b")), len(at.step.popped))],
+        lambda m, at: [(_n(m.group("a") or m.group("b")), len(at.step.of(Popped)))],
     ),
     (
         "evicted cached blocks",
         rf"(?:\bevicts (?:[A-Z]\w*'s )?|\bthen )(?P<n>{N}) cached (?:blocks|ones)",
         None,
-        lambda m, at: [(_n(m.group("n")), len(at.step.evicted))],
+        lambda m, at: [(_n(m.group("n")), len(evictions(at.step)))],
     ),
     (
         "events of a kind",

@@ -8,6 +8,7 @@ from pathlib import Path
 from explorer.miss.reasons import REASONS
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario
+from tests.step_records import evictions
 
 LESSON = Path(__file__).resolve().parents[1] / "lessons" / "21_why_it_missed.toml"
 # The reasons the lesson's own engine shows; the text sends the reader to the lessons that
@@ -76,7 +77,7 @@ def test_each_lookup_is_where_the_text_says():
     d = by[(13, "D")]
     assert d.first_miss == "evicted" and d.first_miss_block == 5
     assert d.evicted_by is not None and (d.evicted_by.step + 1, d.evicted_by.request_id) == (9, "C")
-    assert trace.steps[8].evicted  # C's allocation popped cached blocks
+    assert evictions(trace.steps[8])  # C's allocation popped cached blocks
     assert by[(19, "E")].tokens == {"partial_block": 3, "reset": 96}
     assert by[(19, "F")].tokens == {"skipped": 40}
     # G's sync load counts its 32 tokens at once; H hits them, computes blocks 2-3 and is aborted

@@ -14,7 +14,9 @@ import pytest
 
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario
+from explorer.scenario.records import CachedBlock, HashedBlock
 from tests.cli_run import run_explorer
+from tests.step_records import evictions, touched_ids
 
 REPO = Path(__file__).resolve().parents[1]
 LESSONS = REPO / "lessons"
@@ -85,7 +87,7 @@ def test_kv_events_block0_is_the_spec_test_vector():
     trace = _trace("09_kv_events")
     admit = trace.steps[1]
     stored = admit.events[0]
-    assert admit.hashed == () and trace.steps[0].hashed[0].hash.hex() == (
+    assert admit.of(HashedBlock) == () and trace.steps[0].of(HashedBlock)[0].hash.hex() == (
         "fe8fa5dda3210d0ca2031e37cbe3b001186773cd1c710beb2d45fcb51d434798"
     )
     assert trace.none_hash.hex() == "066b1e8987e027138e98701c46128929378935f9b6cd1549105ae6b4f0d71198"
@@ -98,19 +100,20 @@ def test_kv_events_block0_is_the_spec_test_vector():
 def test_extra_keys_image_offsets_are_relative_to_the_block():
     trace = _trace("02_extra_keys")
     cat = next(s for s in trace.steps if s.op.op == "arrive" and s.op.id == "cat")
-    mm = [[k for k in (b.extra_keys or ()) if k[0] == "mm"] for b in cat.hashed]
+    mm = [[k for k in (b.extra_keys or ()) if k[0] == "mm"] for b in cat.of(HashedBlock)]
     assert mm[:4] == [[("mm", "cat-photo", 8)], [("mm", "cat-photo", -8)], [("mm", "cat-photo", -24)], []]
     salted = next(s for s in trace.steps if s.op.op == "arrive" and s.op.id == "tenant1")
-    assert salted.hashed[0].extra_keys == (("cache_salt", "tenant-1"),)
-    assert all(b.extra_keys is None for b in salted.hashed[1:])
+    assert salted.of(HashedBlock)[0].extra_keys == (("cache_salt", "tenant-1"),)
+    assert all(b.extra_keys is None for b in salted.of(HashedBlock)[1:])
 
 
 def test_when_hashed_duplicate_and_never_cached_last_block():
     trace = _trace("05_when_hashed")
     last = trace.steps[-1]
-    assert [c.block_id for c in last.cached] == [8] and last.cached[0].duplicate_of == (3,)
+    cached = last.of(CachedBlock)
+    assert [c.block_id for c in cached] == [8] and cached[0].duplicate_of == (3,)
     gen = trace.steps[6]
-    assert [h.index for h in gen.hashed] == [3] and gen.cached == ()
+    assert [h.index for h in gen.of(HashedBlock)] == [3] and gen.of(CachedBlock) == ()
 
 
 def test_metrics_window_restarts_at_reset_but_totals_do_not():
@@ -126,6 +129,6 @@ def test_metrics_window_restarts_at_reset_but_totals_do_not():
 def test_design_doc_time7_evicts_nothing():
     trace = _trace("12_design_doc_example")
     time7 = trace.steps[-1]
-    assert time7.touched == (1, 2, 3) and time7.evicted == ()
+    assert touched_ids(time7) == [1, 2, 3] and evictions(time7) == []
     cached_ids = {i for _, ids in trace.final.cached for i in ids}
     assert {4, 6} <= cached_ids

@@ -67,7 +67,8 @@ class SingleTypeKVCacheManager:
         self.req_to_blocks: dict[str, list[KVCacheBlock]] = {}
         # request id -> how many of its leading blocks are cached (hit, null or given a hash)
         self.num_cached_block: dict[str, int] = {}
-        # True while the coordinator asks for each group's own hit: those probes are not reported.
+        # True while the coordinator asks for each group's own hit (an explanation, after the
+        # lookup was reported): its probes and EAGLE drops are not the lookup's, so not reported.
         self.quiet = False
 
     # ---- what an allocation needs --------------------------------------------------------------
@@ -324,7 +325,7 @@ class FullAttentionManager(SingleTypeKVCacheManager):
             hit_length -= min(align, self.block_size)
         hit_length -= hit_length % align
         kept = cdiv(hit_length, self.block_size)
-        if drop_eagle_block and kept < len(found) and self.observer is not None:
+        if drop_eagle_block and kept < len(found) and self.observer is not None and not self.quiet:
             self.observer.on_eagle_drop(self.kv_cache_group_id, len(found) - 1, found[-1][0].block_id)
         found = found[:kept]
         return tuple([f[j] for f in found] for j in range(len(group_ids))), hit_length

@@ -7,6 +7,7 @@ import random
 
 from explorer.practice.builder import ScenarioBuilder, finish_question, ids_text, snapshot_after, token_run
 from explorer.practice.question import Question
+from explorer.scenario.records import AdmissionCheck, CachedBlock, Lookup
 from explorer.scenario.trace import Step, Trace
 
 
@@ -23,27 +24,29 @@ def _explain_cached(trace: Trace, step: Step) -> tuple[str, ...]:
         out.append(
             f"The lookup hits {step.hit_tokens} tokens; hit blocks are already cached and are never hashed again."
         )
-    if not step.admissions:
+    checks = step.of(AdmissionCheck)
+    if not checks:
         out.append(
             "This op allocates nothing (it only samples), so the pool caches nothing; the request itself "
             "hashes any block a sampled token completes."
         )
-    for i, a in enumerate(step.admissions):
+    for i, a in enumerate(checks):
         after = a.num_computed_tokens + a.num_new_tokens
         full = after // bs
-        label = f"Allocation {i + 1}: " if len(step.admissions) > 1 else ""
+        label = f"Allocation {i + 1}: " if len(checks) > 1 else ""
         out.append(
             f"{label}{a.num_new_tokens} token(s) computed this step, {after} computed after it: "
             f"{after} // {bs} = {full} full block(s) are cached by the end of it."
         )
-    if step.cached:
+    cached = step.of(CachedBlock)
+    if cached:
         out.append(
             "Newly cached: "
             + ", ".join(
                 f"block {c.block_id} (index {c.index}"
                 + (f", a duplicate of {ids_text(c.duplicate_of)}" if c.duplicate_of else "")
                 + ")"
-                for c in step.cached
+                for c in cached
             )
             + "."
         )
@@ -103,7 +106,7 @@ def q_hashed_this_step(seed: int) -> Question:
         "Which block ids does the **pool** cache (give a hash and announce with BlockStored) in this step? "
         "Answer in the order they are cached; empty if none.",
         "ids",
-        lambda s: [c.block_id for c in s.cached],
+        lambda s: [c.block_id for c in s.of(CachedBlock)],
         _explain_cached,
         "05_when_hashed",
     )
@@ -114,8 +117,9 @@ def q_hashed_this_step(seed: int) -> Question:
 
 def _explain_admission(trace: Trace, step: Step) -> tuple[str, ...]:
     bs = trace.scenario.engine.block_size
-    a = step.admissions[0]
-    hits = step.lookup.hit_tokens if step.lookup else 0
+    a = step.of(AdmissionCheck)[0]
+    lk = step.last(Lookup)
+    hits = lk.hit_tokens if lk else 0
     total_blocks = -(-a.num_tokens_need_slot // bs)
     out = [
         f"The lookup hits {hits} tokens ({hits // bs} blocks); {a.num_evictable_hit_blocks} of those blocks sit in the "
@@ -175,7 +179,7 @@ def q_admission(seed: int) -> Question:
             _explain_admission,
             "04_touch_then_allocate",
         )
-        adm = q.asked_step().admissions[0]
+        adm = q.asked_step().of(AdmissionCheck)[0]
         trap = adm.num_new_blocks <= adm.num_free_blocks < adm.num_required_blocks
         if adm.ok == want_ok and (adm.ok or trap or attempt > 50):
             return q

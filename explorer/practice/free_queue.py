@@ -8,6 +8,7 @@ import random
 from explorer.numbers import counted
 from explorer.practice.builder import ScenarioBuilder, finish_question, ids_text, snapshot_after, token_run
 from explorer.practice.question import Question
+from explorer.scenario.records import AdmissionCheck, Freed, Popped, Touched
 from explorer.scenario.trace import Step, Trace
 
 
@@ -36,13 +37,14 @@ def _history(rng: random.Random, b: ScenarioBuilder, n_req: int, max_blocks: int
 
 def _explain_evicted(trace: Trace, step: Step) -> tuple[str, ...]:
     before = trace.snapshot_at(step.index)
-    adm = step.admissions[0]
+    adm = step.of(AdmissionCheck)[0]
     hashed = {i for i, (_, h) in enumerate(before.blocks) if h is not None}
     out = []
-    if step.touched:
+    touched = step.of(Touched)
+    if touched:
         out.append(
-            f"First, touch takes the hit blocks {ids_text(step.touched)} out of the free queue "
-            f"({len(step.touched_from_free)} of them were in it): a request never evicts its own hits."
+            f"First, touch takes the hit blocks {ids_text([t.block_id for t in touched])} out of the free queue "
+            f"({sum(t.from_free for t in touched)} of them were in it): a request never evicts its own hits."
         )
     out.append(
         f"Then {adm.num_new_blocks} new blocks are popped from the head of the queue: "
@@ -53,10 +55,11 @@ def _explain_evicted(trace: Trace, step: Step) -> tuple[str, ...]:
         for bid in step.new_block_ids or ()
     ]
     out.append("In pop order: " + ", ".join(pops) + ".")
-    if step.evicted:
-        n = len(step.evicted)
+    evicted = _evicted(step)
+    if evicted:
+        n = len(evicted)
         out.append(
-            f"So the first block evicted is {step.evicted[0][0]}; in all {counted(n, 'block')} "
+            f"So the first block evicted is {evicted[0]}; in all {counted(n, 'block')} "
             f"lose{'' if n > 1 else 's'} {'their hashes' if n > 1 else 'its hash'} (one BlockRemoved each)."
         )
     else:
@@ -64,6 +67,11 @@ def _explain_evicted(trace: Trace, step: Step) -> tuple[str, ...]:
             "None of them held a hash, so nothing is evicted: blocks without a hash sit at the front and are used first."
         )
     return tuple(out)
+
+
+def _evicted(step: Step) -> list[int]:
+    """The blocks the step popped while they still held a hash, in pop order."""
+    return [p.block_id for p in step.of(Popped) if p.evicted_hash is not None]
 
 
 def q_next_evicted(seed: int) -> Question:
@@ -93,12 +101,12 @@ def q_next_evicted(seed: int) -> Question:
             "Which block loses its hash first when **P**'s new blocks are popped? "
             "Answer `none` if no cached block is evicted.",
             "block",
-            lambda s: s.evicted[0][0] if s.evicted else None,
+            lambda s: next(iter(_evicted(s)), None),
             _explain_evicted,
             "06_free_order_lru",
         )
         step = q.asked_step()
-        if step.ok and (bool(step.evicted) == want_eviction or attempt >= 40):
+        if step.ok and (bool(_evicted(step)) == want_eviction or attempt >= 40):
             return q
     return q
 
@@ -112,10 +120,11 @@ def _explain_free(trace: Trace, step: Step) -> tuple[str, ...]:
     assert rid is not None  # finish names its request
     req = before.request(rid)
     assert req is not None
+    freed = step.of(Freed)
     out = [
-        f"{rid} holds blocks {ids_text(req.block_ids)} and frees them in reverse: {ids_text([f.block_id for f in step.freed])}."
+        f"{rid} holds blocks {ids_text(req.block_ids)} and frees them in reverse: {ids_text([f.block_id for f in freed])}."
     ]
-    for f in step.freed:
+    for f in freed:
         if f.to == "held":
             out.append(
                 f"Block {f.block_id}: ref_cnt drops to {f.ref_cnt}, another request still uses it, so it stays out of the queue."
@@ -124,8 +133,8 @@ def _explain_free(trace: Trace, step: Step) -> tuple[str, ...]:
             out.append(f"Block {f.block_id}: ref_cnt 0 and no hash, so it goes to the front (reused first).")
         else:
             out.append(f"Block {f.block_id}: ref_cnt 0 and it holds a hash, so it goes to the back and stays cached.")
-    front = [f.block_id for f in step.freed if f.to == "front"]
-    back = [f.block_id for f in step.freed if f.to == "back"]
+    front = [f.block_id for f in freed if f.to == "front"]
+    back = [f.block_id for f in freed if f.to == "back"]
     out.append(
         f"Queue before: {ids_text(before.free_queue)}. The front blocks {ids_text(front)} are put before the head "
         f"in that order, the back blocks {ids_text(back)} after the tail in that order."

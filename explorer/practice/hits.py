@@ -10,6 +10,7 @@ from typing import Any
 from explorer.practice.builder import Explain, ScenarioBuilder, finish_question, ids_text, token_run
 from explorer.practice.interview import MISTAKES, MISTAKES_BY_NAME
 from explorer.practice.question import Question
+from explorer.scenario.records import Lookup
 from explorer.scenario.trace import Step, Trace
 
 
@@ -50,7 +51,7 @@ def _miss_reason(b: ScenarioBuilder, rid: str, other: str, m: int, computed_othe
 
 def _explain_hit(b: ScenarioBuilder, rid: str, other: str, computed_other: Callable[[], int]) -> Explain:
     def explain(trace: Trace, step: Step) -> tuple[str, ...]:
-        lk = step.lookup
+        lk = step.last(Lookup)
         assert lk is not None
         bs = b.bs
         hits = [p for p in lk.probes if p[1]]

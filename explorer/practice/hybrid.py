@@ -10,6 +10,7 @@ import random
 from explorer.numbers import counted
 from explorer.practice.builder import Explain, ScenarioBuilder, finish_question, token_run
 from explorer.practice.question import Question
+from explorer.scenario.records import GroupLookup, Lookup
 from explorer.scenario.trace import Step, Trace
 
 
@@ -19,9 +20,9 @@ def _group_name(window: int | None) -> str:
 
 def _explain(rid: str, windows: tuple[int | None, ...]) -> Explain:
     def explain(trace: Trace, step: Step) -> tuple[str, ...]:
-        lk = step.lookup
+        lk = step.last(Lookup)
         assert lk is not None
-        (gl,) = [g for g in step.group_lookups if g.request_id == rid]
+        (gl,) = [g for g in step.of(GroupLookup) if g.request_id == rid]
         alone = ", ".join(f"{_group_name(w)} {h} tokens" for w, h in zip(windows, gl.group_hit_tokens, strict=True))
         out = [
             f"{rid} has {lk.num_tokens} tokens, so at most {lk.num_tokens - 1} of them can hit (the last is computed).",

@@ -8,12 +8,13 @@ import random
 from explorer.numbers import counted
 from explorer.practice.builder import Explain, ScenarioBuilder, finish_question, ids_text, token_run
 from explorer.practice.question import Question
+from explorer.scenario.records import EagleDropped, Lookup
 from explorer.scenario.trace import Step, Trace
 
 
 def _explain(rid: str, bs: int) -> Explain:
     def explain(trace: Trace, step: Step) -> tuple[str, ...]:
-        lk = step.lookup
+        lk = step.last(Lookup)
         assert lk is not None
         matched = [p for p in lk.probes if p[1]]
         out = [
@@ -22,10 +23,10 @@ def _explain(rid: str, bs: int) -> Explain:
             f"The walk matches {counted(len(matched), 'block')}"
             + (f" (block ids {ids_text([p[2] for p in matched if p[2] is not None])})." if matched else "."),
         ]
-        if step.eagle_dropped:
-            (index, block_id), *_ = step.eagle_dropped
+        drop = step.first(EagleDropped)
+        if drop is not None:
             out.append(
-                f"EAGLE drops the last of them (block index {index}, block id {block_id}): the drafter needs its hidden "
+                f"EAGLE drops the last of them (block index {drop.block_index}, block id {drop.block_id}): the drafter needs its hidden "
                 "states, which only computing it again gives."
             )
         else:

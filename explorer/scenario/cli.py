@@ -28,6 +28,17 @@ from explorer.scenario.engine import replay
 from explorer.scenario.ops import Arrival
 from explorer.scenario.parse import load_scenario
 from explorer.scenario.parse_release import with_release
+from explorer.scenario.records import (
+    AdmissionCheck,
+    CachedBlock,
+    Freed,
+    GroupLookup,
+    HashedBlock,
+    Lookup,
+    Popped,
+    Retention,
+    SkippedFreed,
+)
 from explorer.scenario.spec import Scenario
 from explorer.scenario.spec_decode_text import spec_decode_words
 from explorer.scenario.trace import EngineStepRecord, Step, Trace
@@ -55,7 +66,8 @@ def describe_step(step: Step, block_size: int) -> str:
     op = step.op
     who = f" {op.id}" if op.id is not None else ""
     # A later prefill chunk only continues: no lookup, no stats.
-    name = "continue" if op.op == "admit" and step.lookup is None else op.op
+    lk = step.last(Lookup)
+    name = "continue" if op.op == "admit" and lk is None else op.op
     head = f"{op.index + 1:>3}. {name}{who}"
     parts: list[str] = []
     snap = step.snapshot
@@ -64,43 +76,43 @@ def describe_step(step: Step, block_size: int) -> str:
         req = snap.request(op.id)
         n = req.num_tokens if req else len(op.prompt)
         parts.append(
-            f"{counted(n, 'token')}, {counted(len(step.hashed), 'full block')} hashed, "
+            f"{counted(n, 'token')}, {counted(len(step.of(HashedBlock)), 'full block')} hashed, "
             f"{counted(n % block_size, 'token')} in the partial tail"
         )
-    if step.lookup is not None:
-        lk = step.lookup
+    if lk is not None:
         parts.append(
             f"lookup skipped ({lk.skipped})"
             if lk.skipped
             else f"hit {counted(lk.hit_tokens, 'token')} (cap {counted(lk.cap_blocks, 'block')})"
         )
     parts += describe_groups(step)
+    checks = step.of(AdmissionCheck)
     if op.op == "generate":
-        parts.append(
-            counted(len(step.admissions), "decode allocation") + ("" if step.ok else " (the last failed: NO ROOM)")
-        )
+        parts.append(counted(len(checks), "decode allocation") + ("" if step.ok else " (the last failed: NO ROOM)"))
     else:
-        for a in step.admissions:
+        for a in checks:
             verdict = "ok" if a.ok else "NO ROOM"
             whole = "whole sequence: " if a.full_sequence else ""
             parts.append(
                 f"{whole}need {a.num_new_blocks} new + {a.num_evictable_hit_blocks} free hit = {a.num_required_blocks} of {a.num_free_blocks} free: {verdict}"
             )
     parts.extend(spec_decode_words(step))
-    if op.op in ("sample", "generate") and step.hashed:
-        parts.append(f"{counted(len(step.hashed), 'new block hash', 'new block hashes')}")
+    hashed = step.of(HashedBlock)
+    if op.op in ("sample", "generate") and hashed:
+        parts.append(f"{counted(len(hashed), 'new block hash', 'new block hashes')}")
     if step.new_block_ids:
         parts.append(f"new blocks {id_ranges(step.new_block_ids)}")
-    if step.evicted:
-        parts.append(f"evicted {id_ranges(b for b, _ in step.evicted)}")
-    if step.cached:
-        dups = [c.block_id for c in step.cached if c.duplicate_of]
-        parts.append(
-            f"cached {id_ranges(c.block_id for c in step.cached)}" + (f" (duplicates: {dups})" if dups else "")
-        )
-    if step.freed:
+    evicted = [p.block_id for p in step.of(Popped) if p.evicted_hash is not None]
+    if evicted:
+        parts.append(f"evicted {id_ranges(evicted)}")
+    cached = step.of(CachedBlock)
+    if cached:
+        dups = [c.block_id for c in cached if c.duplicate_of]
+        parts.append(f"cached {id_ranges(c.block_id for c in cached)}" + (f" (duplicates: {dups})" if dups else ""))
+    freed = step.of(Freed)
+    if freed:
         for to in ("front", "back", "held"):
-            ids = [f.block_id for f in step.freed if f.to == to]
+            ids = [f.block_id for f in freed if f.to == to]
             if ids:
                 where = {"front": "to the queue front", "back": "to the queue back", "held": "still held"}[to]
                 parts.append(f"freed {id_ranges(ids)} {where}")
@@ -130,13 +142,13 @@ def describe_groups(step: Step) -> list[str]:
     """Hybrid groups (design section 8): each lookup's per-group hits and boundary, the blocks
     freed below a window, and the window blocks retention left unhashed."""
     out = []
-    for g in step.group_lookups:
+    for g in step.of(GroupLookup):
         who = f"{g.request_id} " if step.engine_step is not None else ""
         spb = f", shared prefix {g.shared_prefix_boundary}" if g.shared_prefix_boundary else ""
         out.append(f"{who}groups hit {list(g.group_hit_tokens)} -> {g.hit_tokens} in {g.num_passes} pass(es){spb}")
-    for rid, gid, ids in step.skipped_freed:
-        out.append(f"{rid} group {gid}: freed {id_ranges(ids)} below the window")
-    for r in step.retention:
+    for sf in step.of(SkippedFreed):
+        out.append(f"{sf.request_id} group {sf.group_id}: freed {id_ranges(sf.block_ids)} below the window")
+    for r in step.of(Retention):
         kept = sum(r.mask)
         if kept < len(r.mask):
             out.append(f"{r.request_id} group {r.group_id}: retention hashes {kept} of {len(r.mask)} full blocks")

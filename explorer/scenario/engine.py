@@ -50,7 +50,7 @@ from explorer.scenario.recorder import (
 )
 from explorer.scenario.snapshot import Snapshots
 from explorer.scenario.spec import CLI_LIMITS, Limits, Scenario
-from explorer.scenario.trace import HashedBlock, Snapshot, Step, Trace, with_expectations
+from explorer.scenario.trace import Snapshot, Step, Trace, with_expectations
 
 
 class ScenarioEngine:
@@ -115,11 +115,10 @@ class ScenarioEngine:
             hit_tokens=out.get("hit_tokens"),
             new_block_ids=None if new_ids is None else tuple(new_ids),
             num_sampled=out.get("num_sampled"),
-            hashed=out.get("hashed", ()),
+            records=() if self.recorder is None else self.recorder.records(),
             preempted=tuple(out.get("preempted", ())),
             hybrid=out.get("hybrid"),
             miss=misses.get(op.id) if isinstance(op, Admit) else None,
-            **(self.recorder.records() if self.recorder is not None else {}),
         )
         return with_expectations(step)
 
@@ -157,8 +156,10 @@ class ScenarioEngine:
             raise self._fail(op, "id", f"no live request {op.id!r} (it never arrived or has finished)")
         return req
 
-    def _hashed_since(self, req: Request, n_before: int) -> tuple[HashedBlock, ...]:
-        return hashed_since(req, n_before, self.scenario.hash_block_size) if self.record else ()
+    def _record_hashed(self, req: Request, n_before: int) -> None:
+        """Record the block hashes the request learned in this op, after the core's reports."""
+        if self.recorder is not None:
+            self.recorder.add(hashed_since(req, n_before, self.scenario.hash_block_size))
 
     def _check_growth(self, op: RequestOp, req: Request, extra: int) -> None:
         limit = self.scenario.engine.max_model_len
@@ -192,7 +193,7 @@ class ScenarioEngine:
         mm = [MultiModalFeature(m.id, m.offset, m.length) for m in op.mm]
         req = Request(op.id, op.prompt, self.hasher, lora, op.cache_salt, mm, op.prompt_logprobs)
         self.requests[req.request_id] = req
-        out["hashed"] = self._hashed_since(req, 0)
+        self._record_hashed(req, 0)
 
     def _op_admit(self, op: Admit, out: dict[str, Any]) -> None:
         req = self._live(op)
@@ -220,7 +221,7 @@ class ScenarioEngine:
         for t in tokens:
             req.append_output_token_ids(t)
         out["num_sampled"] = len(tokens)
-        out["hashed"] = self._hashed_since(req, n_before)
+        self._record_hashed(req, n_before)
 
     def _op_decode(self, op: Decode, out: dict[str, Any]) -> None:
         req = self._need_decodable(op)
@@ -256,7 +257,7 @@ class ScenarioEngine:
             req.append_output_token_ids(t)
             out["num_sampled"] += 1
         out["new_block_ids"] = new_ids
-        out["hashed"] = self._hashed_since(req, n_before)
+        self._record_hashed(req, n_before)
 
     def _op_finish(self, op: Finish, out: dict[str, Any]) -> None:
         req = self._live(op)

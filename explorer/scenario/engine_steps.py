@@ -211,12 +211,11 @@ class EngineStepReplay:
             ok=out["ok"],
             events=out.get("events", ()),
             snapshot=self.snapshot() if self.record or op.expect else None,
-            hashed=out.get("hashed", ()),
+            records=() if self.recorder is None else self.recorder.records(),
             preempted=tuple(out.get("preempted", ())),
             engine_step=out.get("engine_step"),
             hybrid=out.get("hybrid"),
             misses=self.misses.take(),
-            **(self.recorder.records() if self.recorder is not None else {}),
         )
         return with_expectations(step)
 
@@ -238,8 +237,8 @@ class EngineStepReplay:
             self.connector.hold(op.id, held(op.ext))
         self.engine_core.add_request(req, op.output, op.accepted or ())
         self.arrived.add(op.id)
-        if self.record:
-            out["hashed"] = hashed_since(req, 0, self.scenario.hash_block_size)
+        if self.recorder is not None:  # the block hashes it learned, after the core's reports
+            self.recorder.add(hashed_since(req, 0, self.scenario.hash_block_size))
 
     def _op_step(self, out: dict[str, Any]) -> None:
         num_batches = len(self.publisher.batches)

@@ -1,14 +1,14 @@
-"""What a replay keeps from the core: the observer's reports of one op, and snapshots.
+"""What a replay keeps from the core: the observer's reports of one op, and the manager it builds.
 
-`StepRecorder` observes the core (kv_cache_observer.py) during one op and keeps what it
-reports in the terms the panels draw; `take_snapshot` freezes the pool and the live requests.
-Both replays use them: manager-level scenarios (engine.py) and engine-step scenarios
-(engine_steps.py).
+`StepRecorder` observes the core (kv_cache_observer.py) during one op and keeps each report
+as a typed record (records.py), in report order (snapshot.py freezes the pool and the live
+requests). Both replays use them: manager-level scenarios (engine.py) and engine-step
+scenarios (engine_steps.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from explorer.core.hashing import BlockHash, HashContext, init_none_hash
@@ -20,8 +20,21 @@ from explorer.core.request import Request
 from explorer.core.sched.speculative import SpeculativeConfig
 from explorer.errors import BadInput
 from explorer.scenario.parse_groups import GroupsSpec
+from explorer.scenario.records import (
+    CacheCall,
+    CachedBlock,
+    DraftsVerified,
+    EagleDropped,
+    Freed,
+    HashedBlock,
+    Lookup,
+    Popped,
+    Record,
+    Retention,
+    SkippedFreed,
+    Touched,
+)
 from explorer.scenario.spec import EngineConfig, Scenario
-from explorer.scenario.trace import CacheCall, CachedBlock, DraftsVerified, Freed, HashedBlock, Lookup, Retention
 
 
 class StepError(BadInput):
@@ -62,49 +75,45 @@ def hash_lookahead(scenario: Scenario) -> int:
 
 
 class StepRecorder(KVCacheObserver):
-    """Keeps what the core reports during one op, in the terms the panels draw."""
+    """Turns what the core reports during one op into typed records (records.py), appended to
+    one list in report order: the panels select them by kind."""
 
     def __init__(self, block_size: int) -> None:
         self.block_size = block_size
         self.clear()
 
     def clear(self) -> None:
-        self.lookup: Lookup | None = None
-        self.probes: list[tuple[int, bool, int | None]] = []
-        self.admissions: list[AdmissionCheck] = []
-        self.cache_calls: list[CacheCall] = []
-        self.touched: list[int] = []
-        self.touched_from_free: list[int] = []
-        self.popped: list[tuple[str, int]] = []
-        self.allocating = ""  # the request of the last allocate_slots check: its pops follow it
-        self.evicted: list[tuple[int, bytes]] = []
-        self.cached: list[CachedBlock] = []
-        self.freed: list[Freed] = []
-        self.eagle_dropped: list[tuple[int, int]] = []
-        self.eagle_dropped_for: list[str] = []  # the request of each drop
-        self.drafts: list[DraftsVerified] = []
-        self.group_lookups: list[GroupLookup] = []
-        self.retention: list[Retention] = []
-        self.skipped_freed: list[tuple[str, int, tuple[int, ...]]] = []
+        self._records: list[Record] = []
+        self._probes: list[tuple[int, bool, int | None]] = []  # the lookup being walked, group 0
+        # EAGLE drops, reported inside find_longest_cache_hit before the lookup names its
+        # request (on_lookup): (block index, block id), emitted with the lookup.
+        self._drops: list[tuple[int, int]] = []
+        self._allocating = ""  # the request of the last allocate_slots check: its pops follow it
+        self._cache_group = 0  # the group of the last cache_blocks call: its on_cache follow it
 
-    def _drops_for(self, request_id: str) -> None:
-        # find_longest_cache_hit (where EAGLE drops) runs inside the lookup this call reports
-        self.eagle_dropped_for += [request_id] * (len(self.eagle_dropped) - len(self.eagle_dropped_for))
+    def add(self, records: Iterable[Record]) -> None:
+        """Records the replay itself made during the op (the block hashes a request learned)."""
+        self._records.extend(records)
+
+    def records(self) -> tuple[Record, ...]:
+        """Everything recorded since `clear`, in report order."""
+        return tuple(self._records)
 
     def on_lookup(self, request_id: str, num_tokens: int, max_cache_hit_length: int, num_hit_tokens: int) -> None:
-        self._drops_for(request_id)
+        self._records += [EagleDropped(request_id, index, block_id) for index, block_id in self._drops]
         cap = max_cache_hit_length // self.block_size
-        self.lookup = Lookup(num_tokens, cap, tuple(self.probes), num_hit_tokens)
+        self._records.append(Lookup(num_tokens, cap, tuple(self._probes), num_hit_tokens))
+        self._probes, self._drops = [], []
 
     def on_lookup_skipped(self, request_id: str, num_tokens: int, reason: str) -> None:
-        self.lookup = Lookup(num_tokens, 0, (), 0, reason)
+        self._records.append(Lookup(num_tokens, 0, (), 0, reason))
 
     def on_lookup_probe(self, group_id: int, block_index: int, block_id: int | None) -> None:
-        if group_id == GROUP_0:  # the lookup ruler draws group 0; each group's hit is in group_lookups
-            self.probes.append((block_index, block_id is not None, block_id))
+        if group_id == GROUP_0:  # the lookup ruler draws group 0; each group's hit is in GroupLookup
+            self._probes.append((block_index, block_id is not None, block_id))
 
     def on_group_lookup(self, lookup: GroupLookup) -> None:
-        self.group_lookups.append(lookup)
+        self._records.append(lookup)
 
     def on_retention(
         self,
@@ -115,63 +124,40 @@ class StepRecorder(KVCacheObserver):
         retention_interval: int | None,
         boundaries: tuple[int, ...],
     ) -> None:
-        self.retention.append(Retention(request_id, group_id, start_block, mask, retention_interval, boundaries))
+        self._records.append(Retention(request_id, group_id, start_block, mask, retention_interval, boundaries))
 
     def on_skipped_blocks_freed(self, request_id: str, group_id: int, block_ids: tuple[int, ...]) -> None:
-        self.skipped_freed.append((request_id, group_id, block_ids))
+        self._records.append(SkippedFreed(request_id, group_id, block_ids))
 
     def on_eagle_drop(self, group_id: int, block_index: int, block_id: int) -> None:
-        self.eagle_dropped.append((block_index, block_id))
+        self._drops.append((block_index, block_id))
 
     def on_drafts_verified(
         self, request_id: str, num_drafts: int, num_accepted: int, placeholders: bool, num_computed_tokens: int
     ) -> None:
-        self.drafts.append(DraftsVerified(request_id, num_drafts, num_accepted, placeholders, num_computed_tokens))
+        self._records.append(DraftsVerified(request_id, num_drafts, num_accepted, placeholders, num_computed_tokens))
 
     def on_admission_check(self, check: AdmissionCheck) -> None:
-        self.admissions.append(check)
-        self.allocating = check.request_id
+        self._records.append(check)
+        self._allocating = check.request_id
 
     def on_touch(self, block_id: int, left_free_queue: bool) -> None:
-        self.touched.append(block_id)
-        if left_free_queue:
-            self.touched_from_free.append(block_id)
+        self._records.append(Touched(block_id, left_free_queue))
 
     def on_pop(self, block_id: int, evicted_hash: BlockHash | None) -> None:
-        self.popped.append((self.allocating, block_id))
-        if evicted_hash is not None:
-            self.evicted.append((block_id, bytes(evicted_hash)))
+        lost = None if evicted_hash is None else bytes(evicted_hash)
+        self._records.append(Popped(self._allocating, block_id, lost))
 
     def on_cache_blocks(self, request_id: str, group_id: int, num_tokens: int, num_cached_blocks: int) -> None:
-        self.cache_calls.append(CacheCall(group_id, num_tokens, num_cached_blocks))
+        self._records.append(CacheCall(group_id, num_tokens, num_cached_blocks))
+        self._cache_group = group_id
 
     def on_cache(self, block_id: int, block_index: int, block_hash: BlockHash, duplicates: tuple[int, ...]) -> None:
         # block_pool.cache_full_blocks runs inside the group's cache_blocks, reported just before
-        group_id = self.cache_calls[-1].group_id if self.cache_calls else 0
-        self.cached.append(CachedBlock(block_id, block_index, bytes(block_hash), duplicates, group_id))
+        self._records.append(CachedBlock(block_id, block_index, bytes(block_hash), duplicates, self._cache_group))
 
     def on_free(self, block_id: int, ref_cnt: int, freed_to: FreedTo) -> None:
-        self.freed.append(Freed(block_id, ref_cnt, freed_to.value))
-
-    def records(self) -> dict[str, Any]:
-        """The step fields recorded since `clear`."""
-        return {
-            "lookup": self.lookup,
-            "admissions": tuple(self.admissions),
-            "cache_calls": tuple(self.cache_calls),
-            "touched": tuple(self.touched),
-            "touched_from_free": tuple(self.touched_from_free),
-            "popped": tuple(self.popped),
-            "evicted": tuple(self.evicted),
-            "cached": tuple(self.cached),
-            "freed": tuple(self.freed),
-            "eagle_dropped": tuple(self.eagle_dropped),
-            "eagle_dropped_for": tuple(self.eagle_dropped_for),
-            "drafts": tuple(self.drafts),
-            "group_lookups": tuple(self.group_lookups),
-            "retention": tuple(self.retention),
-            "skipped_freed": tuple(self.skipped_freed),
-        }
+        self._records.append(Freed(block_id, ref_cnt, freed_to.value))
 
 
 def hashed_since(req: Request, n_before: int, block_size: int) -> tuple[HashedBlock, ...]:

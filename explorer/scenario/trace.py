@@ -1,106 +1,26 @@
 """What a replay keeps: frozen steps with the core's reports, snapshots and the replay JSON.
 
-A `Step` holds what one op did as the core reported it (kv_cache_observer.py): the lookup
-probes, the admission checks, the touched, popped, cached and freed blocks. Nothing here works
-out what the engine would do; it only stores what it was told. `Trace.to_json()` is the replay
-JSON of design section 5.
+A `Step` holds what one op did as the core reported it (kv_cache_observer.py): its typed
+records (records.py: the lookup and its probes, the admission checks, the touched, popped,
+cached and freed blocks...) in one tuple in report order, which a panel selects by kind with
+`Step.of`. Nothing here works out what the engine would do; it only stores what it was told.
+`Trace.to_json()` is the replay JSON of design section 5, which holds none of the records.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from explorer.core.events import KVCacheEvent, event_to_json
-from explorer.core.hashing import external_block_hash
-from explorer.core.kv_cache_observer import AdmissionCheck, GroupLookup
 from explorer.core.sched.output import EngineCoreOutputs
 from explorer.miss.reasons import Miss
 from explorer.scenario.connector_reports import ConnectorReport
+from explorer.scenario.records import Record
 from explorer.scenario.spec import Op, Scenario
 
-
-@dataclass(frozen=True)
-class HashedBlock:
-    """A block hash the request learned (its tokens became known), with its extra keys."""
-
-    index: int  # block index within the request
-    start: int
-    end: int
-    hash: bytes
-    extra_keys: tuple[Any, ...] | None
-
-    @property
-    def external(self) -> int:
-        return external_block_hash(self.hash)
-
-
-@dataclass(frozen=True)
-class Lookup:
-    """get_computed_blocks: the walk from block 0, capped at max_cache_hit_length (num_tokens - 1)."""
-
-    num_tokens: int
-    cap_blocks: int  # how many hashes may be probed
-    probes: tuple[tuple[int, bool, int | None], ...]  # (block index, hit, block id)
-    hit_tokens: int
-    skipped: str | None = None  # why there was no lookup
-
-
-@dataclass(frozen=True)
-class DraftsVerified:
-    """Drafts a step verified for a request: ``num_accepted`` of ``num_drafts`` accepted, the
-    rest rolled back to ``num_computed_tokens`` (``placeholders``: an admission's padding)."""
-
-    request_id: str
-    num_drafts: int
-    num_accepted: int
-    placeholders: bool
-    num_computed_tokens: int
-
-    @property
-    def num_rejected(self) -> int:
-        return self.num_drafts - self.num_accepted
-
-
-@dataclass(frozen=True)
-class CacheCall:
-    """One group's cache_blocks: blocks full within ``num_tokens`` tokens get a hash, after
-    ``num_cached_blocks`` that already had one."""
-
-    group_id: int
-    num_tokens: int
-    num_cached_blocks: int
-
-
-@dataclass(frozen=True)
-class CachedBlock:
-    block_id: int
-    index: int
-    hash: bytes
-    duplicate_of: tuple[int, ...]  # other blocks already cached under this hash
-    group_id: int = 0  # the KV cache group whose cache_blocks call cached it
-
-
-@dataclass(frozen=True)
-class Freed:
-    block_id: int
-    ref_cnt: int  # after the free
-    to: str  # "front", "back" or "held" (still used by another request)
-
-
-@dataclass(frozen=True)
-class Retention:
-    """A window group's retention for one cache_blocks call: block ``start_block + i`` gets a
-    hash iff ``mask[i]``; ``retention_interval`` None is dense; ``boundaries`` are the replay
-    ends and the shared-prefix boundary whose tails are kept."""
-
-    request_id: str
-    group_id: int
-    start_block: int
-    mask: tuple[bool, ...]
-    retention_interval: int | None
-    boundaries: tuple[int, ...]
+R = TypeVar("R", bound=Record)
 
 
 @dataclass(frozen=True)
@@ -188,35 +108,30 @@ class Step:
     hit_tokens: int | None = None  # admit only
     new_block_ids: tuple[int, ...] | None = None  # admit, decode, generate
     num_sampled: int | None = None  # sample, generate: tokens appended (a failed generate stops early)
-    hashed: tuple[HashedBlock, ...] = ()  # block hashes the request learned this step
-    lookup: Lookup | None = None
-    admissions: tuple[AdmissionCheck, ...] = ()
-    cache_calls: tuple[CacheCall, ...] = ()
-    touched: tuple[int, ...] = ()  # hit blocks, touched before any allocation
-    touched_from_free: tuple[int, ...] = ()  # ... of which were in the free queue
-    # Every block get_new_blocks popped, in pop order, with the request whose allocate_slots
-    # call popped it (every group's, and a connector's external blocks): not in the JSON,
-    # whose new_block_ids are what vLLM's drivers report.
-    popped: tuple[tuple[str, int], ...] = ()
-    evicted: tuple[tuple[int, bytes], ...] = ()  # (block id, hash it lost), in pop order
-    cached: tuple[CachedBlock, ...] = ()
-    freed: tuple[Freed, ...] = ()  # in free order (the request's blocks reversed)
+    # What the core reported during the op (records.py), in report order; select with `of`.
+    # Not in the replay JSON: a lean replay (record=False) records none.
+    records: tuple[Record, ...] = ()
     preempted: tuple[str, ...] = ()
     engine_step: EngineStepRecord | None = None  # a `step` op of an engine-step scenario
-    # Speculative decoding (design section 9): hit blocks EAGLE dropped, (block index, block
-    # id), and the drafts verified in this step.
-    eagle_dropped: tuple[tuple[int, int], ...] = ()
-    eagle_dropped_for: tuple[str, ...] = ()  # the request whose lookup dropped each
-    drafts: tuple[DraftsVerified, ...] = ()
-    # hybrid groups (design section 8): the JSON fields, and what the core reported
+    # hybrid groups (design section 8): the JSON fields
     hybrid: Mapping[str, Any] | None = None
-    group_lookups: tuple[GroupLookup, ...] = ()
-    retention: tuple[Retention, ...] = ()
-    skipped_freed: tuple[tuple[str, int, tuple[int, ...]], ...] = ()  # (request, group, blocks freed)
     expect_failures: tuple[str, ...] = ()
     # Why the lookups missed (design section 14): an admit's own, a `step`'s by request id.
     miss: Miss | None = None
     misses: Mapping[str, Miss] | None = None
+
+    def of(self, kind: type[R]) -> tuple[R, ...]:
+        """The step's records of one kind, in the order the core reported them."""
+        return tuple(r for r in self.records if isinstance(r, kind))
+
+    def first(self, kind: type[R]) -> R | None:
+        """The first record of a kind, or None (an admit's own admission check is its first)."""
+        return next((r for r in self.records if isinstance(r, kind)), None)
+
+    def last(self, kind: type[R]) -> R | None:
+        """The last record of a kind, or None. The lookup the panels draw is the op's last
+        `Lookup`: an admit makes one, an engine step one per request it looked up."""
+        return next((r for r in reversed(self.records) if isinstance(r, kind)), None)
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {

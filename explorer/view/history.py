@@ -9,7 +9,8 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from explorer.scenario.trace import Snapshot, Trace
+from explorer.scenario.records import CachedBlock, Freed, Popped, Touched
+from explorer.scenario.trace import Snapshot, Step, Trace
 
 
 def changed_blocks(trace: Trace, k: int) -> set[int]:
@@ -21,10 +22,9 @@ def changed_blocks(trace: Trace, k: int) -> set[int]:
     after = trace.snapshot_at(k).blocks
     out = {i for i, (a, b) in enumerate(zip(before, after)) if a != b}
     out.update(step.new_block_ids or ())
-    out.update(step.touched)
-    out.update(f.block_id for f in step.freed)
-    out.update(b for b, _ in step.evicted)
-    out.update(c.block_id for c in step.cached)
+    for r in step.records:  # touched, freed, cached, and popped while still cached (evicted)
+        if isinstance(r, (Touched, Freed, CachedBlock)) or (isinstance(r, Popped) and r.evicted_hash is not None):
+            out.add(r.block_id)
     out.discard(0)
     return out
 
@@ -58,17 +58,42 @@ def holders_by_step(trace: Trace) -> list[dict[int, dict[str, int]]]:
     return out
 
 
+class StepBlocks:
+    """One step's block records by block id (the first of each kind per block), indexed once:
+    the histories of a full pool's blocks would otherwise each scan every record of a step."""
+
+    def __init__(self, step: Step) -> None:
+        self.evicted: dict[int, bytes] = {}  # popped while still cached: the hash it lost
+        self.touched: set[int] = set()
+        self.cached: dict[int, CachedBlock] = {}
+        self.freed: dict[int, Freed] = {}
+        for r in step.records:
+            if isinstance(r, Popped):
+                if r.evicted_hash is not None:
+                    self.evicted.setdefault(r.block_id, r.evicted_hash)
+            elif isinstance(r, Touched):
+                self.touched.add(r.block_id)
+            elif isinstance(r, CachedBlock):
+                self.cached.setdefault(r.block_id, r)
+            elif isinstance(r, Freed):
+                self.freed.setdefault(r.block_id, r)
+
+
 def block_history(
     trace: Trace,
     block_id: int,
     holders_at: list[dict[int, dict[str, int]]] | None = None,
     changed_at: list[set[int]] | None = None,
+    blocks_at: dict[int, StepBlocks] | None = None,
 ) -> list[HistoryEntry]:
     """Every step that changed the block, oldest first. For the histories of many blocks give
     ``holders_at`` (``holders_by_step(trace)``) and ``changed_at`` (``changed_blocks(trace, k)``
-    for every k): a step that did not change the block nor its holders is then skipped unread."""
+    for every k): a step that did not change the block nor its holders is then skipped unread;
+    and one ``blocks_at`` dict for all of them, which keeps each step's `StepBlocks` once made."""
     if not 0 <= block_id < len(trace.initial.blocks):
         return []
+    if blocks_at is None:
+        blocks_at = {}
 
     def held(k: int, snap: Snapshot) -> dict[str, int]:
         return dict(holders_at[k].get(block_id, {})) if holders_at is not None else _holders(snap, block_id)
@@ -88,7 +113,10 @@ def block_history(
         op = step.op
         label = f"{op.op} {op.id}" if op.id is not None else op.op
         what: list[str] = []
-        evicted = next((h for b, h in step.evicted if b == block_id), None)
+        facts = blocks_at.get(k)
+        if facts is None:
+            facts = blocks_at[k] = StepBlocks(step)
+        evicted = facts.evicted.get(block_id)
         if evicted is not None:
             what.append(f"popped while still cached: lost hash {evicted.hex()[:12]}... (evicted, BlockRemoved)")
         elif h0 is not None and h1 != h0:
@@ -96,19 +124,19 @@ def block_history(
             what.append(f"lost hash {h0.hex()[:12]}... ({why})")
         for rid in holders.keys() - prev_holders.keys():
             pos = holders[rid]
-            if block_id in step.touched:
+            if block_id in facts.touched:
                 how = "cache hit, taken out of the free queue" if rc0 == 0 else "cache hit, now shared"
             elif block_id in (step.new_block_ids or ()):
                 how = "popped from the free queue head"
             else:
                 how = "allocated"
             what.append(f"taken by {rid} as its block {pos} ({how})")
-        cached = next((c for c in step.cached if c.block_id == block_id), None)
+        cached = facts.cached.get(block_id)
         if h1 is not None and h1 != h0 and cached is not None:
             dup = f"; duplicate of #{', #'.join(map(str, cached.duplicate_of))}" if cached.duplicate_of else ""
             what.append(f"got hash {h1.hex()[:12]}... as block {cached.index} of {op.id} (BlockStored{dup})")
         for rid in prev_holders.keys() - holders.keys():
-            fr = next((f for f in step.freed if f.block_id == block_id), None)
+            fr = facts.freed.get(block_id)
             where = {
                 "front": "to the front of the free queue",
                 "back": "to the back of the free queue (still cached)",

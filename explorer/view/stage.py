@@ -17,8 +17,9 @@ from markupsafe import Markup
 
 from explorer.errors import BadInput
 from explorer.scenario.ops import Arrive
+from explorer.scenario.records import HashedBlock
 from explorer.scenario.trace import Trace
-from explorer.view.history import block_history, changed_blocks, holders_by_step
+from explorer.view.history import StepBlocks, block_history, changed_blocks, holders_by_step
 from explorer.view.html import columns, trusted
 from explorer.view.stage_panels import now_html, phase_panels
 from explorer.view.stage_state import state_views
@@ -101,8 +102,9 @@ def build_steps(
     holders = holders_by_step(trace)
     touched = sorted(set().union(*changed_at))
     histories = {}
+    blocks_at: dict[int, StepBlocks] = {}  # each step's block records, indexed once for every block
     for b in touched:
-        histories[str(b)] = history_table(trace, b, holders, changed_at)
+        histories[str(b)] = history_table(trace, b, holders, changed_at, blocks_at)
         parts.count(len(histories[str(b)]))
     return StageSteps(parts.table, steps, histories, len(trace.initial.blocks))
 
@@ -124,10 +126,12 @@ def history_table(
     block_id: int,
     holders: list[dict[int, dict[str, int]]] | None = None,
     changed_at: list[set[int]] | None = None,
+    blocks_at: dict[int, StepBlocks] | None = None,
 ) -> str:
     """The block's history over the whole scenario; the browser greys the rows after the step it shows."""
     row = Markup('<tr data-px-step="%d"><td>%d</td><td>%s</td><td>%s</td></tr>')
-    rows = [row % (e.step, e.step, e.label, e.text) for e in block_history(trace, block_id, holders, changed_at)]
+    entries = block_history(trace, block_id, holders, changed_at, blocks_at)
+    rows = [row % (e.step, e.step, e.label, e.text) for e in entries]
     if not rows:
         return '<div class="px-empty">Nothing has happened to this block in this scenario.</div>'
     head = Markup(
@@ -144,9 +148,10 @@ def snippets(trace: Trace) -> dict[int, dict[int, str]]:
     out: dict[int, dict[int, str]] = {}
     for k, step in enumerate(trace.steps, start=1):
         op = step.op
-        if not isinstance(op, Arrive) or not op.text or not step.hashed:
+        hashed = step.of(HashedBlock)
+        if not isinstance(op, Arrive) or not op.text or not hashed:
             continue
-        cards = list(step.hashed[:20]) + list(step.hashed[-4:])
+        cards = list(hashed[:20]) + list(hashed[-4:])
         try:
             out[k] = {hb.index: "".join(token_strings(op.prompt[hb.start : hb.end])) for hb in cards}
         except BadInput:

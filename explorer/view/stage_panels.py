@@ -6,6 +6,7 @@ from __future__ import annotations
 from markupsafe import Markup
 
 from explorer.scenario.ops import Arrival
+from explorer.scenario.records import AdmissionCheck, GroupLookup, HashedBlock, Lookup, Retention, SkippedFreed
 from explorer.scenario.trace import Step, Trace
 from explorer.view import lesson_checks
 from explorer.view.explain import engine_step
@@ -117,13 +118,14 @@ def _manager_panels(trace: Trace, k: int, changed: set[int], snippets: dict[int,
             req = after.request(step.op.id or "") or before.request(step.op.id or "")
             n = len(step.op.prompt) if isinstance(step.op, Arrival) else (req.num_tokens if req else 0)
             parent = None
-            if step.hashed and step.hashed[0].index > 0 and req is not None:
-                parent = req.block_hashes[step.hashed[0].index - 1]
+            hashed = step.of(HashedBlock)
+            if hashed and hashed[0].index > 0 and req is not None:
+                parent = req.block_hashes[hashed[0].index - 1]
             body = trusted(hashing_html(step, trace.none_hash, parent, n, bs, ints, snippets))
-            if len(step.hashed) > 1:
-                body += details(f"All {len(step.hashed):,} digests in full", digest_table_html(step.hashed, ints))
-        elif p.key == "lookup" and step.lookup is not None:
-            body = lookup_html(step, step.lookup.num_tokens // bs, bs)
+            if len(hashed) > 1:
+                body += details(f"All {len(hashed):,} digests in full", digest_table_html(hashed, ints))
+        elif p.key == "lookup" and (lk := step.last(Lookup)) is not None:
+            body = lookup_html(step, lk.num_tokens // bs, bs)
         elif p.key == "allocate":
             body = allocate_html(step, before, after, changed, None)
         elif p.key == "caching":
@@ -160,8 +162,8 @@ def _engine_step_panels(trace: Trace, k: int, changed: set[int]) -> list[Markup]
             external = _external(trace, k)
             out.append(external)
         body: Markup | str = ""
-        if p.key == "lookup" and step.lookup is not None:
-            body = lookup_html(step, step.lookup.num_tokens // eng.block_size, eng.block_size)
+        if p.key == "lookup" and (lk := step.last(Lookup)) is not None:
+            body = lookup_html(step, lk.num_tokens // eng.block_size, eng.block_size)
         elif p.key == "allocate":
             body = allocate_html(step, before, after, changed, None)
         elif p.key == "caching":
@@ -199,7 +201,7 @@ def _batch(trace: Trace, k: int) -> Markup:
             body += Markup(
                 '<div class="px-rowlabel"><b>Tokens in flight</b> (? = a placeholder: a slot, never hashed)</div>'
             ) + trusted(flight)
-    failed = [a for a in step.admissions if not a.ok] if step.preempted else []
+    failed = [a for a in step.of(AdmissionCheck) if not a.ok] if step.preempted else []
     body += trusted(preempted_html(es.preemption_reasons, failed, step.preempted))
     body += trusted(finished_html(es.finished))
     body += Markup('<div class="px-rowlabel"><b>The KV event batch of this step</b></div>')
@@ -269,12 +271,14 @@ def _groups_step(trace: Trace, k: int) -> Markup:
     if not step_has_groups(step):
         return Markup("")
     body = Markup('<div class="px-panel-head" data-px-panel="groups">KV cache groups</div>')
-    body += Markup("").join(trusted(group_lookup_html(lookup, groups.groups)) for lookup in step.group_lookups)
-    if step.skipped_freed:
-        body += trusted(skipped_html(step.skipped_freed, trace.snapshot_at(k)))
-    if step.retention:
+    body += Markup("").join(trusted(group_lookup_html(lookup, groups.groups)) for lookup in step.of(GroupLookup))
+    skipped = step.of(SkippedFreed)
+    if skipped:
+        body += trusted(skipped_html(skipped, trace.snapshot_at(k)))
+    retention = step.of(Retention)
+    if retention:
         body += caption_html(
             "Caching in the window groups: ✓ gets a hash, – stays unhashed (a later hit cannot reach it)."
         )
-        body += trusted(retention_html(step.retention))
+        body += trusted(retention_html(retention))
     return box("groups", body)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from explorer.core.kv_cache_interface import KVCacheSpec
-from explorer.core.kv_cache_observer import GroupLookup
-from explorer.scenario.trace import Retention, Snapshot, Step
+from explorer.scenario.records import GroupLookup, Retention, SkippedFreed
+from explorer.scenario.trace import Snapshot, Step
 from explorer.viz.chips import elide, snap_chip
 from explorer.viz.palette import OKABE_ITO
 from explorer.viz.text import esc
@@ -107,10 +107,11 @@ def retention_html(records: Sequence[Retention]) -> str:
     return "".join(rows)
 
 
-def skipped_html(records: Sequence[tuple[str, int, tuple[int, ...]]], snap: Snapshot) -> str:
+def skipped_html(records: Sequence[SkippedFreed], snap: Snapshot) -> str:
     rows = []
-    for rid, gid, ids in records:
-        chips = "".join(snap_chip(snap, b, mode="id") for b in ids)
+    for r in records:
+        rid, gid = r.request_id, r.group_id
+        chips = "".join(snap_chip(snap, b, mode="id") for b in r.block_ids)
         rows.append(
             f'<div class="px-row" data-px-skipped="{esc(rid)}:{gid}"><span class="px-rowlabel">{esc(rid)} group {gid}: '
             f"freed below the window, last skipped first (before the capacity check)</span>{chips}</div>"
@@ -181,4 +182,4 @@ def pool_by_group_html(snap: Snapshot, groups: Sequence[KVCacheSpec], limit: int
 
 
 def step_has_groups(step: Step) -> bool:
-    return bool(step.group_lookups or step.retention or step.skipped_freed)
+    return any(isinstance(r, (GroupLookup, Retention, SkippedFreed)) for r in step.records)

@@ -10,7 +10,8 @@ from collections.abc import Mapping, Sequence
 
 from explorer.core.events import BlockStored
 from explorer.core.hashing import external_block_hash
-from explorer.scenario.trace import HashedBlock, Snapshot, Step
+from explorer.scenario.records import AdmissionCheck, CachedBlock, Freed, HashedBlock, Lookup, Popped, Touched
+from explorer.scenario.trace import Snapshot, Step
 from explorer.viz.chips import elide, hash_text, snap_chip
 from explorer.viz.text import esc
 
@@ -55,7 +56,7 @@ def hashing_html(
 ) -> str:
     """The prompt cut into blocks: the chain from NONE_HASH (or the previous block), each
     digest and its 64-bit event form, extra keys on the blocks they touch, the partial tail."""
-    hashed = step.hashed
+    hashed = step.of(HashedBlock)
     cards = []
     for hb in hashed:
         snip = (snippets or {}).get(hb.index)
@@ -107,7 +108,7 @@ def digest_table_html(hashed: Sequence[HashedBlock], int_hashes: bool = True, ca
 
 
 def lookup_html(step: Step, num_full_blocks: int, block_size: int, show: int = 40) -> str:
-    lk = step.lookup
+    lk = step.last(Lookup)
     if lk is None or lk.skipped:
         return ""
     probes = []
@@ -152,8 +153,9 @@ def lookup_html(step: Step, num_full_blocks: int, block_size: int, show: int = 4
 
 def allocate_html(step: Step, before: Snapshot, after: Snapshot, changed: set[int], selected: int | None = None) -> str:
     parts = []
-    if step.op.op == "admit" and step.admissions:
-        a = step.admissions[0]
+    checks = step.of(AdmissionCheck)
+    if step.op.op == "admit" and checks:
+        a = checks[0]
         ok = "px-ok" if a.ok else "px-bad"
         verdict = "&le;" if a.ok else "&gt;"
         parts.append(
@@ -162,7 +164,7 @@ def allocate_html(step: Step, before: Snapshot, after: Snapshot, changed: set[in
             f"<b>{a.num_required_blocks}</b> {verdict} <b>{a.num_free_blocks}</b> free &rarr; {'ok' if a.ok else 'None: nothing changes'}</div>"
         )
     else:
-        grew = [a for a in step.admissions if a.num_new_blocks > 0 or not a.ok]
+        grew = [a for a in checks if a.num_new_blocks > 0 or not a.ok]
         if grew:
             items = "".join(
                 f"<li>tokens up to {a.num_tokens_need_slot:,}: {a.num_new_blocks} new block &le; {a.num_free_blocks} free</li>"
@@ -171,25 +173,27 @@ def allocate_html(step: Step, before: Snapshot, after: Snapshot, changed: set[in
                 for a in grew[:12]
             )
             parts.append(f'<ul class="px-list">{items}</ul>')
-    if step.touched:
-        from_free = set(step.touched_from_free)
+    touched = step.of(Touched)
+    if touched:
         chips = [
             snap_chip(
                 after,
-                b,
+                t.block_id,
                 changed,
                 selected,
                 "full",
-                title_extra="left the free queue" if b in from_free else "was already in use",
+                title_extra="left the free queue" if t.from_free else "was already in use",
             )
-            for b in step.touched
+            for t in touched
         ]
         parts.append(
-            f'<div class="px-row"><span class="px-rowlabel">touch: {len(step.touched)} hit blocks '
-            f"({len(from_free)} from the free queue)</span>" + "".join(elide(chips, 30, 6, "blocks")) + "</div>"
+            f'<div class="px-row"><span class="px-rowlabel">touch: {len(touched)} hit blocks '
+            f"({sum(t.from_free for t in touched)} from the free queue)</span>"
+            + "".join(elide(chips, 30, 6, "blocks"))
+            + "</div>"
         )
     if step.new_block_ids:
-        evicted = {b for b, _ in step.evicted}
+        evicted = {p.block_id for p in step.of(Popped) if p.evicted_hash is not None}
         chips = [
             snap_chip(
                 after,
@@ -213,7 +217,7 @@ def caching_html(
     step: Step, after: Snapshot, changed: set[int], selected: int | None = None, int_hashes: bool = True, show: int = 10
 ) -> str:
     rows = []
-    for c in step.cached:
+    for c in step.of(CachedBlock):
         dup = (
             f' <span class="px-dupmark">duplicate of #{", #".join(map(str, c.duplicate_of))}: both kept</span>'
             if c.duplicate_of
@@ -238,7 +242,8 @@ def caching_html(
 
 def free_html(step: Step, after: Snapshot, changed: set[int], selected: int | None = None) -> str:
     out = []
-    order = [f.block_id for f in step.freed]
+    freed = step.of(Freed)
+    order = [f.block_id for f in freed]
     out.append(
         '<div class="px-row"><span class="px-rowlabel">free order (block table reversed)</span>'
         + "".join(elide([f'<span class="px-ord">{b}</span>' for b in order], 30, 6, "blocks"))
@@ -249,7 +254,7 @@ def free_html(step: Step, after: Snapshot, changed: set[int], selected: int | No
         ("back", "&rarr; back of the free queue (hashed: stays cached)"),
         ("held", "still held (ref_cnt &gt; 0)"),
     ):
-        ids = [f.block_id for f in step.freed if f.to == to]
+        ids = [f.block_id for f in freed if f.to == to]
         if ids:
             chips = [snap_chip(after, b, changed, selected) for b in ids]
             out.append(
@@ -275,7 +280,10 @@ def eviction_html(
         return '<div class="px-event px-bad">reset refused: blocks are still in use.</div>'
     still = {h: ids for h, ids in after.cached}
     rows = []
-    for b, h in step.evicted:
+    for p in step.of(Popped):
+        b, h = p.block_id, p.evicted_hash
+        if h is None:
+            continue
         if h in still:
             fate = f"one copy of a duplicate gone; #{', #'.join(map(str, still[h]))} still cached"
         else:

@@ -1,19 +1,19 @@
 """What speculative decoding did in one step, as HTML (design section 9; spec part 2, rules 72-74).
 
 Three drawings, each from what the core reported for the step (never worked out again here):
-- the block EAGLE dropped from the lookup's hit (``Step.eagle_dropped``, from ``on_eagle_drop``);
+- the block EAGLE dropped from the lookup's hit (``EagleDropped`` records, from ``on_eagle_drop``);
 - each allocation's slots as a bar: the tokens whose slots it fills, the draft positions past
   ``num_tokens`` (scheduled, never hashed) and the lookahead slots (allocated, never hashed),
   from the admission check (``AdmissionCheck.num_lookahead_tokens``) and the request after it;
-- the drafts verified (``Step.drafts``): accepted ones green, rolled-back ones struck out.
+- the drafts verified (``DraftsVerified`` records): accepted ones green, rolled-back ones struck out.
 Pure functions of a trace step: no Streamlit.
 """
 
 from __future__ import annotations
 
-from explorer.core.kv_cache_observer import AdmissionCheck
 from explorer.numbers import counted
-from explorer.scenario.trace import DraftsVerified, Snapshot, Step
+from explorer.scenario.records import AdmissionCheck, DraftsVerified, EagleDropped
+from explorer.scenario.trace import Snapshot, Step
 from explorer.viz.text import esc
 
 MAX_ROWS = 40  # every size has a cap: requests drawn per step
@@ -24,16 +24,14 @@ _KNOWN, _DRAFT, _LOOKAHEAD = "#9cc3e6", "#f3c27b", "repeating-linear-gradient(45
 
 def dropped_html(step: Step, block_size: int) -> str:
     """The lookup's last hit block, dropped by EAGLE: its index, its block and the hit it cost."""
-    if not step.eagle_dropped:
-        return ""
     rows = []
-    for i, (index, block_id) in enumerate(step.eagle_dropped[:MAX_ROWS]):
+    for drop in step.of(EagleDropped)[:MAX_ROWS]:
+        index, block_id = drop.block_index, drop.block_id
         matched = (index + 1) * block_size
-        who = step.eagle_dropped_for[i] if i < len(step.eagle_dropped_for) else None
         rows.append(
             f'<div style="margin:0.35em 0" data-px-eagle-drop="{block_id}">'
-            + (f"<b>{esc(who, 24)}</b>: the lookup matched " if who is not None else "The lookup matched ")
-            + f"{counted(index + 1, 'block')} ({matched:,} "
+            f"<b>{esc(drop.request_id, 24)}</b>: the lookup matched "
+            f"{counted(index + 1, 'block')} ({matched:,} "
             f"tokens); EAGLE drops the last, the request's block {index}, pool block "
             f'<span data-px-block="{block_id}" style="{_CHIP};text-decoration:line-through">#{block_id}</span>: '
             f"the hit is {matched - block_size:,} tokens. The drafter needs that block's hidden states, which only "
@@ -67,7 +65,7 @@ def slots_html(step: Step, before: Snapshot) -> str:
     """Each successful allocation with lookahead slots or drafts, as a bar of its slots (the
     request's known tokens are those before the step: sampled tokens arrive after it)."""
     rows = []
-    for check in step.admissions:
+    for check in step.of(AdmissionCheck):
         if not check.ok or check.full_sequence:
             continue
         req = before.request(check.request_id)
@@ -106,7 +104,7 @@ def _draft_boxes(d: DraftsVerified) -> str:
 def drafts_html(step: Step) -> str:
     """The drafts this step verified, per request: accepted, rolled back, where it stands now."""
     rows = []
-    for d in step.drafts[:MAX_ROWS]:
+    for d in step.of(DraftsVerified)[:MAX_ROWS]:
         what = (
             f"{d.num_drafts} placeholder drafts (an admission padded to 1 + k tokens): none can be accepted"
             if d.placeholders

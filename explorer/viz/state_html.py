@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 
 from explorer.core.events import BlockRemoved, BlockStored, KVCacheEvent
 from explorer.core.hashing import external_block_hash
+from explorer.scenario.records import CachedBlock
 from explorer.scenario.trace import Snapshot, Step, Trace
 from explorer.viz.chips import FULL_GRID_MAX, elide, hash_text, snap_chip
 from explorer.viz.palette import STATE_ORDER, block_state
@@ -66,7 +67,7 @@ def hash_map_html(
     int_hashes: bool = True,
 ) -> str:
     """hash -> block ids (insertion order), duplicates marked, this step's additions and removals shown."""
-    new_hashes = {c.hash for c in step.cached} if step else set()
+    new_hashes = {c.hash for c in step.of(CachedBlock)} if step else set()
     now = {h for h, _ in snap.cached}
     removed = []
     if prev is not None and step is not None:

@@ -38,6 +38,7 @@ from explorer.scenario.engine import replay
 from explorer.scenario.ops import Decode
 from explorer.scenario.parse import parse_scenario_dict
 from explorer.scenario.randgen import random_scenario
+from explorer.scenario.records import DraftsVerified, EagleDropped
 from tests.conformance.oracle import RELEASES, at_release, compare, refusal, seeds_for
 from tests.conformance.sched_oracle import VllmSchedAsyncConnectorDraftsOracle, VllmSchedOracle
 from tests.conformance.spec_scenarios import (
@@ -90,12 +91,12 @@ def test_random_hybrid_speculative_engine_steps_match_vllm(vllm_sched_oracle):
     for sc in scenarios:
         for st in replay(sc).steps:
             if _multi(sc):
-                seen["hybrid_drops"] += len(st.eagle_dropped)
+                seen["hybrid_drops"] += len(st.of(EagleDropped))
                 seen["window_hits"] += sum(
                     any(h for h in hits[1:]) for hits in st.to_json().get("group_hit_tokens", {}).values()
                 )
-            seen["verified"] += sum(not d.placeholders for d in st.drafts)
-            seen["placeholders"] += sum(d.placeholders for d in st.drafts)
+            seen["verified"] += sum(not d.placeholders for d in st.of(DraftsVerified))
+            seen["placeholders"] += sum(d.placeholders for d in st.of(DraftsVerified))
     assert all(n >= 50 for n in seen.values()), seen
 
 
@@ -235,7 +236,7 @@ def test_random_offloading_scenarios_with_drafts_match_vllm(vllm_sched_oracle):
     assert refused <= len(raws) // 6, refused
     loads = sum(1 for r in mine for st in r["steps"] for n in st.get("external", {}).values() if n)
     traces = [replay(parse_scenario_dict(raw, raw["title"])) for raw in raws[:20]]
-    rolled_back = sum(1 for t in traces for st in t.steps for d in st.drafts if d.num_rejected)
+    rolled_back = sum(1 for t in traces for st in t.steps for d in st.of(DraftsVerified) if d.num_rejected)
     assert loads >= 20 and rolled_back >= 20, (loads, rolled_back)
 
 
@@ -267,8 +268,8 @@ def test_random_connector_scenarios_with_drafts_and_hybrid_groups_match_vllm(vll
     assert refused <= len(raws) // 6, refused
     loads = sum(1 for r in mine for st in r["steps"] for n in st.get("external", {}).values() if n)
     traces = _replayed(raws)
-    rolled_back = sum(1 for t in traces for st in t.steps for d in st.drafts if d.num_rejected)
-    eagle = sum(1 for t in traces for st in t.steps if st.eagle_dropped)
+    rolled_back = sum(1 for t in traces for st in t.steps for d in st.of(DraftsVerified) if d.num_rejected)
+    eagle = sum(1 for t in traces for st in t.steps if st.of(EagleDropped))
     assert loads >= 40 and rolled_back >= 40 and eagle >= 10, (loads, rolled_back, eagle)
 
 
@@ -284,5 +285,5 @@ def test_random_connector_scenarios_with_drafts_under_async_match_vllm(vllm_asyn
     assert differing == {}, f"{len(differing)} of {len(raws) - refused} differ: {differing}"
     assert refused <= len(raws) // 10, refused
     loads = sum(1 for r in mine for st in r["steps"] for n in st.get("external", {}).values() if n)
-    rolled_back = sum(1 for t in _replayed(raws) for st in t.steps for d in st.drafts if d.num_rejected)
+    rolled_back = sum(1 for t in _replayed(raws) for st in t.steps for d in st.of(DraftsVerified) if d.num_rejected)
     assert loads >= 10 and rolled_back >= 10, (loads, rolled_back)

@@ -24,6 +24,7 @@ from explorer.errors import BadInput
 from explorer.scenario.connector_reports import CpuLoad, CpuStore
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario, parse_scenario_dict
+from explorer.scenario.records import DraftsVerified
 from tests.conformance.fidelity_scenarios import (
     random_offloading_groups_raw_scenario,
     random_offloading_groups_spec_raw_scenario,
@@ -154,7 +155,7 @@ def test_random_offloading_groups_scenarios_with_drafts_match_vllm(groups_oracle
         diffs = compare(trace.to_json(), theirs)
         if diffs:
             differing[sc.source] = diffs[:5]
-        rolled_back += sum(1 for st in trace.steps for d in st.drafts if d.num_rejected)
+        rolled_back += sum(1 for st in trace.steps for d in st.of(DraftsVerified) if d.num_rejected)
         loads += sum(
             1 for st in trace.steps if st.engine_step for r in st.engine_step.connector if r.kind == "cpu_load"
         )

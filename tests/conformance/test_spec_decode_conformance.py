@@ -20,6 +20,7 @@ from explorer.scenario.engine import replay
 from explorer.scenario.ops import Decode
 from explorer.scenario.parse import parse_scenario_dict
 from explorer.scenario.randgen import random_scenario
+from explorer.scenario.records import DraftsVerified, EagleDropped
 from tests.conformance.oracle import at_release, compare, drawn_seed, seeds_for
 from tests.conformance.spec_scenarios import ASYNC_METHODS, METHODS, random_spec_engine_steps, random_spec_manager
 
@@ -77,10 +78,10 @@ def test_random_speculative_engine_steps_match_vllm(vllm_sched_oracle):
     seen = dict.fromkeys(("verified", "rejected", "placeholders", "dropped", "preempted"), 0)
     for sc in scenarios:
         for st in replay(sc).steps:
-            seen["verified"] += sum(not d.placeholders for d in st.drafts)
-            seen["rejected"] += sum(d.num_rejected > 0 for d in st.drafts if not d.placeholders)
-            seen["placeholders"] += sum(d.placeholders for d in st.drafts)
-            seen["dropped"] += len(st.eagle_dropped)
+            seen["verified"] += sum(not d.placeholders for d in st.of(DraftsVerified))
+            seen["rejected"] += sum(d.num_rejected > 0 for d in st.of(DraftsVerified) if not d.placeholders)
+            seen["placeholders"] += sum(d.placeholders for d in st.of(DraftsVerified))
+            seen["dropped"] += len(st.of(EagleDropped))
             seen["preempted"] += len(st.preempted)
     assert all(n >= 100 for n in seen.values()), seen
     assert sum(st["step_stats"]["hits"] for r in mine for st in r["steps"] if st.get("step_stats")) >= 1000
@@ -105,9 +106,9 @@ def test_random_speculative_engine_steps_under_the_async_scheduler_match_vllm(vl
     for sc in scenarios:
         drafts_in_flight: set[str] = set()
         for st in replay(sc).steps:
-            seen["verified"] += sum(not d.placeholders and d.num_accepted > 0 for d in st.drafts)
-            seen["rejected"] += sum(d.num_rejected > 0 for d in st.drafts if not d.placeholders)
-            seen["padded"] += sum(d.placeholders for d in st.drafts)
+            seen["verified"] += sum(not d.placeholders and d.num_accepted > 0 for d in st.of(DraftsVerified))
+            seen["rejected"] += sum(d.num_rejected > 0 for d in st.of(DraftsVerified) if not d.placeholders)
+            seen["padded"] += sum(d.placeholders for d in st.of(DraftsVerified))
             batch = st.engine_step.batch if st.engine_step is not None else ()
             seen["in_flight"] += sum(s.num_placeholders > 1 for s in batch)
             seen["preempted"] += len(set(st.preempted) & drafts_in_flight)

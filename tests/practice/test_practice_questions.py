@@ -10,7 +10,9 @@ from explorer.practice.hits import q_mistake
 from explorer.practice.interview import FOLLOW_UPS, MISTAKES, RUBRIC
 from explorer.practice.question import KINDS, Score, format_answer, parse_answer
 from explorer.scenario.engine import replay
+from explorer.scenario.records import AdmissionCheck, CachedBlock, GroupLookup, Lookup
 from explorer.scenario.write import scenario_to_toml
+from tests.step_records import evictions
 
 SEEDS = range(25)
 
@@ -25,9 +27,9 @@ def test_every_kind_generates_and_its_answer_is_the_replay(kind):
             "mistake": step.hit_tokens,
             "eagle_hit": step.hit_tokens,
             "hybrid_hit": step.hit_tokens,
-            "next_evicted": step.evicted[0][0] if step.evicted else None,
+            "next_evicted": next((b for b, _ in evictions(step)), None),
             "free_queue": list(step.snapshot.free_queue),
-            "hashed_this_step": [c.block_id for c in step.cached],
+            "hashed_this_step": [c.block_id for c in step.of(CachedBlock)],
             "admission": step.ok,
             # the connector's allocation for A, and the hashes this step's BlockStored events carry
             "external_hit": (step.engine_step.external or {}).get("A") if step.engine_step else None,
@@ -75,7 +77,7 @@ def test_refused_admissions_include_the_free_hit_trap():
     traps = 0
     for s in range(40):
         q = generate(s, "admission")
-        a = q.asked_step().admissions[0]
+        a = q.asked_step().of(AdmissionCheck)[0]
         assert a.ok == (a.num_required_blocks <= a.num_free_blocks)
         if not a.ok and a.num_new_blocks <= a.num_free_blocks:
             traps += 1
@@ -198,7 +200,7 @@ def test_the_eagle_hit_is_the_walk_less_its_last_block():
     for seed in range(30):
         q = generate(seed, "eagle_hit")
         step = q.asked_step()
-        matched = sum(1 for p in step.lookup.probes if p[1])
+        matched = sum(1 for p in step.last(Lookup).probes if p[1])
         bs = q.scenario.engine.block_size
         assert q.answer == max(matched - 1, 0) * bs, seed
         assert q.scenario.speculative is not None and q.lesson == "17_speculative_decoding"
@@ -213,7 +215,7 @@ def test_the_hybrid_hit_is_the_fixed_point_every_group_accepts():
     for seed in range(30):
         q = generate(seed, "hybrid_hit")
         step = q.asked_step()
-        (gl,) = [g for g in step.group_lookups if g.request_id == "B"]
+        (gl,) = [g for g in step.of(GroupLookup) if g.request_id == "B"]
         assert q.answer == gl.hit_tokens <= min(gl.group_hit_tokens), seed
         assert q.scenario.groups is not None and q.lesson == "16_sliding_window"
         assert any(f"settles after {gl.num_passes} pass" in line for line in q.explanation)

@@ -9,6 +9,7 @@ from explorer.practice.external import q_async_load_events
 from explorer.practice.interview import FOLLOW_UPS
 from explorer.practice.spec_decode import q_eagle_hit
 from explorer.scenario.engine import replay
+from explorer.scenario.records import EagleDropped
 from explorer.ui.lesson_files import list_lessons
 
 
@@ -36,9 +37,11 @@ def test_the_eagle_explanation_names_the_block_index_and_the_block_id_apart():
         other = [w for w in words if "#" in re.sub(r"(?<=\d)#|# = holds a hash", "", w)]
         assert not other, (seed, other)
         assert not any("#" in line for line in q.explanation), seed
-        if step.eagle_dropped:
-            (index, block_id), *_ = step.eagle_dropped
-            assert any(f"(block index {index}, block id {block_id})" in line for line in q.explanation), seed
+        drop = step.first(EagleDropped)
+        if drop is not None:
+            assert any(
+                f"(block index {drop.block_index}, block id {drop.block_id})" in line for line in q.explanation
+            ), seed
             dropped += 1
         else:
             assert not any("block index" in line for line in q.explanation), seed

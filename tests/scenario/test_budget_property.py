@@ -29,6 +29,7 @@ from explorer.scenario.engine import replay
 from explorer.scenario.parse import parse_scenario_dict
 from explorer.scenario.randgen import random_scenario
 from explorer.scenario.recorder import StepError
+from explorer.scenario.records import HashedBlock
 from explorer.scenario.spec import CLI_LIMITS, Limits
 from explorer.scenario.trace import Snapshot, Trace
 
@@ -140,7 +141,7 @@ def held_extra_chars(trace: Trace) -> int:
     return sum(
         len(x)
         for s in trace.steps
-        for h in s.hashed
+        for h in s.of(HashedBlock)
         for key in h.extra_keys or ()
         for x in key[1:]
         if isinstance(x, str)

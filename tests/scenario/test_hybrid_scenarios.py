@@ -9,6 +9,7 @@ import pytest
 
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import parse_scenario_text
+from explorer.scenario.records import GroupLookup
 from explorer.scenario.write import scenario_to_toml
 from tests.scenario.test_parse_and_run import run, write
 
@@ -163,7 +164,7 @@ def test_recorded_and_lean_replays_agree() -> None:
 def test_three_groups_golden_settles_in_two_passes() -> None:
     sc = parse_scenario_text((GOLDEN / "hybrid_three_groups.toml").read_text())
     q = replay(sc).steps[-1]
-    (lookup,) = q.group_lookups
+    (lookup,) = q.of(GroupLookup)
     assert lookup.num_passes == 2
     assert [(c.pass_index, c.sliding_window, c.max_length, c.hit_tokens) for c in lookup.calls] == [
         (1, None, 159, 128),

@@ -13,6 +13,7 @@ import pytest
 from explorer.errors import BadInput
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import parse_scenario_text
+from explorer.scenario.records import Lookup
 from explorer.scenario.write import scenario_to_toml
 from tests.cli_run import run_explorer
 
@@ -160,7 +161,7 @@ def test_chunked_admit_then_continue_without_lookup() -> None:
     t = replay(sc)
     first, second = t.steps[1], t.steps[2]
     assert first.new_block_ids == (1,) and first.snapshot.request("A").num_computed_tokens == 4
-    assert second.hit_tokens == 0 and second.lookup is None and second.new_block_ids == (2, 3)
+    assert second.hit_tokens == 0 and second.last(Lookup) is None and second.new_block_ids == (2, 3)
     assert t.final.stats["requests"] == 1  # stats recorded once, at the first admission
 
 

@@ -12,6 +12,7 @@ from explorer.scenario.ops import Admit, Arrive, Reset
 from explorer.scenario.parse import parse_scenario_dict, parse_scenario_text
 from explorer.scenario.randgen import PROFILES, random_scenario, scenario_tokens
 from explorer.scenario.write import scenario_to_toml
+from tests.step_records import evictions
 
 SEEDS = range(50)
 NUM_OPS = 120
@@ -120,7 +121,7 @@ def test_features_are_covered(generated):
                 flags.add(("reset", op.running, step.ok))
             if step.preempted and op.op == "reset":
                 flags.add("reset preempted running")
-            if step.evicted:
+            if evictions(step):
                 flags.add("eviction")
     assert algos == {"sha256", "sha256_cbor", "xxhash", "xxhash_cbor"}
     assert {1, 2, 4, 16} <= block_sizes

@@ -14,6 +14,8 @@ from explorer.core.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import parse_scenario_dict
 from explorer.scenario.randgen import random_scenario
+from explorer.scenario.records import CachedBlock
+from tests.step_records import evictions
 
 
 def _pop_from_tail(self: FreeKVCacheBlockQueue, n: int) -> list[KVCacheBlock]:
@@ -38,15 +40,15 @@ def _check_steps_follow_their_pops(trace) -> int:
         before = trace.snapshot_at(k - 1)
         new_ids = list(step.new_block_ids or ())
         hashed_before = [b for b in new_ids if before.blocks[b][1] is not None]
-        evicted = [b for b, _ in step.evicted]
+        evicted = [b for b, _ in evictions(step)]
         if step.op.op == "generate":
             # a generate op pops one block at a time, between samples: check membership only
             assert set(evicted) <= set(new_ids)
         else:
             assert evicted == hashed_before, f"step {k}: evicted {evicted}, popped with a hash {hashed_before}"
-        for b, h in step.evicted:
+        for b, h in evictions(step):
             assert before.blocks[b][1] == h, f"step {k}: block {b} lost {h.hex()[:8]}, it held another hash"
-        for c in step.cached:
+        for c in step.of(CachedBlock):
             assert step.snapshot is not None and step.snapshot.blocks[c.block_id][1] == c.hash
         checked += len(evicted)
     return checked

@@ -16,8 +16,19 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 
+from explorer.scenario.records import (
+    AdmissionCheck,
+    CacheCall,
+    CachedBlock,
+    EagleDropped,
+    Freed,
+    Lookup,
+    Popped,
+    SkippedFreed,
+)
 from explorer.scenario.trace import RequestView, Snapshot, Step, Trace
 from explorer.viz.panels_html import eviction_html, free_html
+from tests.step_records import evictions, from_free_ids, touched_ids
 
 N = r"(\d[\d,]*)"
 
@@ -34,8 +45,8 @@ def popped(trace: Trace, k: int) -> int:
     again and freed again)."""
     s = trace.steps[k - 1]
     before, after = trace.snapshot_at(k - 1), trace.snapshot_at(k)
-    freed = sum(1 for f in s.freed if f.to != "held")
-    return before.num_free_blocks - after.num_free_blocks + freed - len(s.touched_from_free)
+    freed = sum(1 for f in s.of(Freed) if f.to != "held")
+    return before.num_free_blocks - after.num_free_blocks + freed - len(from_free_ids(s))
 
 
 def newly_hashed(before: Snapshot, after: Snapshot) -> int:
@@ -100,10 +111,10 @@ class Checks:
         )
         for total, front, back, kept in self.each(pat + N + r" still held", text):
             self.eq(template, front + back + kept, total, where)
-            ids = [f.block_id for f in step.freed]
-            reused = set(ids) & ({b for _, b in step.popped} | set(step.touched))
+            ids = [f.block_id for f in step.of(Freed)]
+            reused = set(ids) & ({p.block_id for p in step.of(Popped)} | set(touched_ids(step)))
             if not reused and len(set(ids)) == len(ids) == total:
-                grew = after.num_free_blocks - before.num_free_blocks + len(step.popped) + len(step.touched_from_free)
+                grew = after.num_free_blocks - before.num_free_blocks + len(step.of(Popped)) + len(from_free_ids(step))
                 self.eq(
                     template + " (queue)",
                     (front + back, kept),
@@ -130,8 +141,8 @@ def check_manager_step(c: Checks, trace: Trace, k: int, now_text: str, panels: d
     for (n,) in c.each(r"arrives with " + N + r" tokens?; prefix caching is off", t):
         c.eq("now: arrives with N tokens (no hashes)", (n, num_hashes(req_a)), (req_a.num_tokens, 0), where)
     for hit, n in c.each(r"hits " + N + r" of its " + N + r" tokens", t):
-        assert step.lookup is not None
-        c.eq("now: hits H of its N tokens", (hit, n), (step.lookup.hit_tokens, req_a.num_tokens), where)
+        assert step.last(Lookup) is not None
+        c.eq("now: hits H of its N tokens", (hit, n), (step.last(Lookup).hit_tokens, req_a.num_tokens), where)
     for new, a, b in c.each(
         r"gets " + N + r" new blocks?; the free queue goes from " + N + r" to " + N + r" blocks", t
     ):
@@ -145,7 +156,7 @@ def check_manager_step(c: Checks, trace: Trace, k: int, now_text: str, panels: d
         r"" + N + r" new \+ " + N + r" free hit blocks = " + N + r" (<=|>) " + N + r" free", t
     ):
         # a window group frees blocks below its window before the check: then the queue is longer
-        at_check = free if step.freed or step.skipped_freed else before.num_free_blocks
+        at_check = free if step.of(Freed) or step.of(SkippedFreed) else before.num_free_blocks
         c.eq(
             "now: admission check n + e = r vs free", (new + e, verdict == "<=", free), (r, r <= free, at_check), where
         )
@@ -159,7 +170,7 @@ def check_manager_step(c: Checks, trace: Trace, k: int, now_text: str, panels: d
         c.eq(
             "now: generate/decode: calls, new blocks, cached",
             (got, calls, new, cached),
-            (grew, len(step.admissions), popped(trace, k), newly_hashed(before, after)),
+            (grew, len(step.of(AdmissionCheck)), popped(trace, k), newly_hashed(before, after)),
             where,
         )
     if op.op == "sample" and req_a is not None and req_b is not None:
@@ -216,13 +227,13 @@ def check_manager_panels(c: Checks, trace: Trace, k: int, panels: dict[str, str]
             where,
         )
     t = panels.get("lookup", "")
-    lk = step.lookup
+    lk = step.last(Lookup)
     if lk is not None:
         for n, size, cap in c.each(r"\(" + N + r" - 1\) // (\d+) = " + N + r" blocks?", t):
             c.eq("lookup: (N - 1) // bs = cap", (n, (n - 1) // size), (lk.num_tokens, cap), where)
         for hits, size, hit in c.each(r"hit = " + N + r" x (\d+) = " + N + r" tokens", t):
             c.eq("lookup: hit = h x bs", hits * size, hit, where)
-            if not step.eagle_dropped and trace.scenario.groups is None:
+            if not step.of(EagleDropped) and trace.scenario.groups is None:
                 c.eq("lookup: hit = h x bs", hit, lk.hit_tokens, where)
         if "hit = 0 tokens" in t or "hit is 0 tokens" in t:
             c.eq("lookup: hit = 0 tokens", lk.hit_tokens, 0, where)
@@ -242,7 +253,7 @@ def check_manager_panels(c: Checks, trace: Trace, k: int, panels: dict[str, str]
     for new, e, new2, e2, r, verdict, free, ok in c.each(
         pat + N + r" \+ " + N + r" = " + N + r" (<=|>) " + N + r" free, so it (succeeds|returns None)", t
     ):
-        at_check = free if step.freed or step.skipped_freed else before.num_free_blocks  # (as above)
+        at_check = free if step.of(Freed) or step.of(SkippedFreed) else before.num_free_blocks  # (as above)
         c.eq(
             "allocate: n + e = r vs free",
             (new2, e2, new + e, verdict == "<=", ok == "succeeds", free),
@@ -250,7 +261,7 @@ def check_manager_panels(c: Checks, trace: Trace, k: int, panels: dict[str, str]
             where,
         )
     for (n,) in c.each(r"a chunk of " + N + r" tokens?", t):
-        c.eq("allocate: a chunk of N tokens", n, step.admissions[0].num_new_tokens, where)
+        c.eq("allocate: a chunk of N tokens", n, step.of(AdmissionCheck)[0].num_new_tokens, where)
     for (n,) in c.each(N + r" new blocks? (?:was|were) needed", t):
         c.eq("allocate: N new blocks were needed", n, popped(trace, k), where)
     if "the last block still had room" in t:
@@ -258,7 +269,12 @@ def check_manager_panels(c: Checks, trace: Trace, k: int, panels: dict[str, str]
     for calls, grew in c.each(
         N + r" decode steps? each called allocate_slots for the pending token; " + N + r" of them", t
     ):
-        c.eq("allocate: K decode steps, G grew", (calls, grew <= popped(trace, k)), (len(step.admissions), True), where)
+        c.eq(
+            "allocate: K decode steps, G grew",
+            (calls, grew <= popped(trace, k)),
+            (len(step.of(AdmissionCheck)), True),
+            where,
+        )
         if trace.scenario.groups is None:
             c.eq("allocate: K decode steps, G grew", grew, popped(trace, k), where)
     for total, rest in c.each(r"touch\(\) first adds 1 to the ref_cnt of the " + N + r" hit blocks?: ([^.]*)\.", t):
@@ -266,11 +282,11 @@ def check_manager_panels(c: Checks, trace: Trace, k: int, panels: dict[str, str]
         s = re.search(N + r" (?:was|were) in use", rest)
         from_free = int(m.group(1).replace(",", "")) if m else 0
         shared = int(s.group(1)) if s else 0
-        zero = sum(1 for b in step.touched if before.blocks[b][0] == 0)
+        zero = sum(1 for b in touched_ids(step) if before.blocks[b][0] == 0)
         c.eq(
             "allocate: touch() H hit blocks, x from free, y shared",
             (total, from_free, shared),
-            (len(step.touched), zero, len(step.touched) - zero),
+            (len(touched_ids(step)), zero, len(touched_ids(step)) - zero),
             where,
         )
     for n, _, ev in c.each(
@@ -279,13 +295,14 @@ def check_manager_panels(c: Checks, trace: Trace, k: int, panels: dict[str, str]
         c.eq(
             "allocate: pop N blocks (E had a hash)",
             (n, ev or 0),
-            (popped(trace, k), had_hash(before, [b for _, b in step.popped])),
+            (popped(trace, k), had_hash(before, [p.block_id for p in step.of(Popped)])),
             where,
         )
     t = panels.get("caching", "")
-    rehashed = {cb.block_id for cb in step.cached} & {b for b, _ in step.evicted}  # a hash lost and got in place
+    # a hash lost and got in place
+    rehashed = {cb.block_id for cb in step.of(CachedBlock)} & {b for b, _ in evictions(step)}
     if t and not rehashed:
-        c.eq("caching: cached blocks", len(step.cached), newly_hashed(before, after), where)
+        c.eq("caching: cached blocks", len(step.of(CachedBlock)), newly_hashed(before, after), where)
     pat = (
         r"min\("
         + N
@@ -303,7 +320,7 @@ def check_manager_panels(c: Checks, trace: Trace, k: int, panels: dict[str, str]
     gbs = bs if groups is None else groups.groups[0].block_size
     for a, b, n, m, passed, full in c.each(pat + r", so its first ([\d,]+ blocks are|block is) full", t):
         f = 1 if full == "block is" else int(full.split()[0].replace(",", ""))
-        t2 = step.cache_calls[0].num_tokens
+        t2 = step.of(CacheCall)[0].num_tokens
         c.eq(
             "caching: min(c + n, N) = t, t // bs full",
             (min(a + b, n), n, passed or m, f),
@@ -314,7 +331,7 @@ def check_manager_panels(c: Checks, trace: Trace, k: int, panels: dict[str, str]
         c.eq(
             "caching: blocks ... get their hashes",
             _count_ids(ids),
-            len(step.cached) if rehashed else newly_hashed(before, after),
+            len(step.of(CachedBlock)) if rehashed else newly_hashed(before, after),
             where,
         )
     for (n,) in c.each(r"As decoding allocated slots, " + N + r" blocks? filled up", t):
@@ -326,7 +343,7 @@ def check_manager_panels(c: Checks, trace: Trace, k: int, panels: dict[str, str]
         c.eq(
             "caching: N blocks had a twin",
             n,
-            sum(1 for cb in step.cached if first.get(cb.block_id, cb.block_id) != cb.block_id),
+            sum(1 for cb in step.of(CachedBlock) if first.get(cb.block_id, cb.block_id) != cb.block_id),
             where,
         )
     for (n,) in c.each(N + r" BlockStored events? announces?", t):
@@ -351,8 +368,12 @@ def free_states(c: Checks, trace: Trace, k: int, t: str, where: object) -> Count
     held: ref_cnt > 0 after), and the free panel's drawn rows checked against it; None where a
     freed block is reused in the same step (no snapshot tells then)."""
     step, before, after = trace.steps[k - 1], trace.snapshot_at(k - 1), trace.snapshot_at(k)
-    ids = [f.block_id for f in step.freed]
-    if not t or set(ids) & ({b for _, b in step.popped} | set(step.touched)) or len(set(ids)) != len(ids):
+    ids = [f.block_id for f in step.of(Freed)]
+    if (
+        not t
+        or set(ids) & ({p.block_id for p in step.of(Popped)} | set(touched_ids(step)))
+        or len(set(ids)) != len(ids)
+    ):
         return None
     hashes = before if step.op.op == "reset" else after  # a reset drops every hash after the frees
     states = Counter(
@@ -381,7 +402,7 @@ def check_eviction(c: Checks, trace: Trace, k: int, t: str, where: object) -> No
             sum(1 for i, (rc, _) in enumerate(before.blocks) if i and rc > 0),
             where,
         )
-    ev_ids = [b for _, b in step.popped if before.blocks[b][1] is not None]
+    ev_ids = [p.block_id for p in step.of(Popped) if before.blocks[p.block_id][1] is not None]
     for (n,) in c.each(r"popped " + N + r" blocks? (?:that still had a hash|while still cached)", t):
         c.eq("eviction: popped N blocks that had a hash", n, len(set(ev_ids)), where)
     for (n,) in c.each(r"one BlockRemoved: " + N + r" events? this step", t):
@@ -391,7 +412,7 @@ def check_eviction(c: Checks, trace: Trace, k: int, t: str, where: object) -> No
         return {(g, h) for g, h, _ in snap.cached_by_group} if snap.cached_by_group else {h for h, _ in snap.cached}
 
     gone = len(keys(before) - keys(after))
-    if not {h for _, h in step.evicted} <= {h for h, _ in before.cached}:
+    if not {h for _, h in evictions(step)} <= {h for h, _ in before.cached}:
         return  # a hash cached and evicted within the op (a window's blocks): no snapshot holds it
     for (n,) in c.each(r"(?:Their )?" + N + r" (?:hash(?:es)?|entr(?:y|ies)) left the hash map", t):
         c.eq("eviction: N hashes left the hash map", n, gone, where)
@@ -419,20 +440,25 @@ def check_summaries(c: Checks, trace: Trace, k: int, summaries: dict[str, str]) 
         grew = num_hashes(after.request(rid)) - (0 if step.op.op == "arrive" else num_hashes(before.request(rid)))
         c.eq("strip: N hashed", n, grew, where)
     for (n,) in c.each(r"^hit " + N + "$", summaries.get("lookup", "")):
-        assert step.lookup is not None
-        c.eq("strip: hit N", n, step.lookup.hit_tokens, where)
+        assert step.last(Lookup) is not None
+        c.eq("strip: hit N", n, step.last(Lookup).hit_tokens, where)
     for new, touched in c.each(r"^" + N + r" new(?:, " + N + " touched)?$", summaries.get("allocate", "")):
-        c.eq("strip: N new, T touched", (new, touched or 0), (popped(trace, k), len(step.touched)), where)
+        c.eq("strip: N new, T touched", (new, touched or 0), (popped(trace, k), len(touched_ids(step))), where)
     for (n,) in c.each(r"^" + N + r" req\.", summaries.get("allocate", "")):
-        c.eq("strip: N req.", n, len({a.request_id for a in step.admissions}), where)
+        c.eq("strip: N req.", n, len({a.request_id for a in step.of(AdmissionCheck)}), where)
     for (n,) in c.each(r"^" + N + " cached$", summaries.get("caching", "")):
-        c.eq("strip: N cached", n, len(step.cached), where)
-        if not {cb.block_id for cb in step.cached} & {b for b, _ in step.evicted}:
+        c.eq("strip: N cached", n, len(step.of(CachedBlock)), where)
+        if not {cb.block_id for cb in step.of(CachedBlock)} & {b for b, _ in evictions(step)}:
             c.eq("strip: N cached", n, newly_hashed(before, after), where)
     for (n,) in c.each(r"^" + N + " freed$", summaries.get("free", "")):
         if step.op.op in ("finish", "preempt", "abort"):
             c.eq("strip: N freed", n, len(held(before.request(rid))), where)
         else:
-            c.eq("strip: N freed", n, len(step.freed), where)
+            c.eq("strip: N freed", n, len(step.of(Freed)), where)
     for (n,) in c.each(r"^" + N + " evicted$", summaries.get("eviction", "")):
-        c.eq("strip: N evicted", n, len({b for _, b in step.popped if before.blocks[b][1] is not None}), where)
+        c.eq(
+            "strip: N evicted",
+            n,
+            len({p.block_id for p in step.of(Popped) if before.blocks[p.block_id][1] is not None}),
+            where,
+        )

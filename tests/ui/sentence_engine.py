@@ -4,9 +4,11 @@ stripped), each number compared with the record it describes (see sentence_check
 
 from __future__ import annotations
 
+from explorer.scenario.records import AdmissionCheck, CachedBlock, Lookup, Popped
 from explorer.scenario.trace import Trace
 from explorer.viz.cpu_tier_html import cpu_tier_html
 from explorer.viz.external_tier_html import external_tier_html
+from tests.step_records import evictions, touched_ids
 from tests.ui.sentence_checks import (
     Checks,
     N,
@@ -82,7 +84,7 @@ def check_engine_now(c: Checks, trace: Trace, k: int, t: str) -> None:
 def check_engine_panels(c: Checks, trace: Trace, k: int, panels: dict[str, str]) -> None:
     step, before, after = trace.steps[k - 1], trace.snapshot_at(k - 1), trace.snapshot_at(k)
     where = (k, panels)
-    lk = step.lookup
+    lk = step.last(Lookup)
     t = panels.get("lookup", "")
     for who, n, cap, hit in c.each(
         r"get_computed_blocks for (.*?): "
@@ -113,7 +115,7 @@ def check_engine_panels(c: Checks, trace: Trace, k: int, panels: dict[str, str])
         + r" new blocks?)?\.",
         t,
     ):
-        mine = [a for a in step.admissions if a.request_id == _rid]
+        mine = [a for a in step.of(AdmissionCheck) if a.request_id == _rid]
         c.eq(
             "engine allocate: rid: K checks (G gates), F refused",
             (checks, gates or 0, refused or 0),
@@ -121,30 +123,32 @@ def check_engine_panels(c: Checks, trace: Trace, k: int, panels: dict[str, str])
             where,
         )
         said += new or 0
-    if step.admissions and t:
+    if step.of(AdmissionCheck) and t:
         c.eq("engine allocate: new blocks add up to the popped", said, popped(trace, k), where)
     for total, free in c.each(r"touch\(\) took " + N + r" hit blocks? \(" + N + r" from the free queue\)", t):
-        zero = sum(1 for b in set(step.touched) if before.blocks[b][0] == 0)
+        zero = sum(1 for b in set(touched_ids(step)) if before.blocks[b][0] == 0)
         # a block popped and cached earlier in the step can be hit: its ref_cnt before says nothing
-        plain_touch = len(set(step.touched)) == total and not set(step.touched) & {b for _, b in step.popped}
+        plain_touch = len(set(touched_ids(step))) == total and not set(touched_ids(step)) & {
+            p.block_id for p in step.of(Popped)
+        }
         c.eq(
             "engine allocate: touch() took H (x from free)",
             (total, free),
-            (len(step.touched), zero if plain_touch else free),
+            (len(touched_ids(step)), zero if plain_touch else free),
             where,
         )
     t = panels.get("caching", "")
     for (n,) in c.each(N + r" blocks? got their hash in the hash map", t):
         rec = newly_hashed(before, after)
-        gone = {b for b, _ in step.evicted}
-        if not gone & {cb.block_id for cb in step.cached}:  # no block cached, then popped again
+        gone = {b for b, _ in evictions(step)}
+        if not gone & {cb.block_id for cb in step.of(CachedBlock)}:  # no block cached, then popped again
             c.eq("engine caching: N blocks got their hash", n, rec, where)
-        c.eq("engine caching: N blocks got their hash (record)", n, len(step.cached), where)
+        c.eq("engine caching: N blocks got their hash (record)", n, len(step.of(CachedBlock)), where)
     for shown, more in c.each(r"in this step \(block indexes ([\d, \-a-z]*?)( \.\.\.)?\)", t):
         c.eq(
             "engine caching: the block indexes listed",
             (_count_ids(shown), bool(more)),
-            (min(len(step.cached), 12), len(step.cached) > 12),
+            (min(len(step.of(CachedBlock)), 12), len(step.of(CachedBlock)) > 12),
             where,
         )
     c.free_split("engine free: F freed, a front, b back, h held", panels.get("free", ""), step, before, after, where)

@@ -12,6 +12,17 @@ from __future__ import annotations
 import html
 import re
 
+from explorer.scenario.records import (
+    AdmissionCheck,
+    CachedBlock,
+    DraftsVerified,
+    EagleDropped,
+    GroupLookup,
+    Lookup,
+    Popped,
+    Retention,
+    SkippedFreed,
+)
 from explorer.scenario.trace import Trace
 from explorer.view.stage_panels import phase_panels
 from tests.ui.sentence_checks import Checks, N, _count_ids, event_counts
@@ -96,7 +107,7 @@ def check_batch(c: Checks, trace: Trace, k: int, t: str) -> None:
         # before the step the request had computed `start` tokens, hits included (sync: no tokens in flight)
         if req_b is not None and not async_sched and req_b.status == "running" and rid not in step.preempted:
             c.eq("batch: row computed after = before + scheduled", start, req_b.num_computed_tokens, where)
-        if req_a is not None and not async_sched and not any(d.request_id == rid for d in step.drafts):
+        if req_a is not None and not async_sched and not any(d.request_id == rid for d in step.of(DraftsVerified)):
             c.eq("batch: row computed after = after's", comp, req_a.num_computed_tokens, where)
         out = es.outputs.get(rid, ())
         shown = [] if got.strip() == "-" else got.strip().removesuffix(" ...").split(", ")
@@ -106,7 +117,7 @@ def check_batch(c: Checks, trace: Trace, k: int, t: str) -> None:
             (min(len(out), 8), len(out) > 8),
             where,
         )
-        if req_a is not None and req_b is not None and not async_sched and not step.drafts:
+        if req_a is not None and req_b is not None and not async_sched and not step.of(DraftsVerified):
             c.eq("batch: row sampled tokens delivered (grew)", len(out), req_a.num_tokens - req_b.num_tokens, where)
     for (more,) in c.each(r"\.\.\. and " + N + r" more", t):
         c.eq("batch: and N more rows", more, len(es.batch) - 64, where)
@@ -156,7 +167,7 @@ def check_batch(c: Checks, trace: Trace, k: int, t: str) -> None:
         + r" free → None",
         t,
     ):
-        refused = [a for a in step.admissions if a.request_id == rid and not a.ok]
+        refused = [a for a in step.of(AdmissionCheck) if a.request_id == rid and not a.ok]
         c.eq(
             "batch: refused allocate_slots n + e = r > free",
             (new + e, r > free, True),
@@ -205,7 +216,7 @@ def check_groups(c: Checks, trace: Trace, k: int, t: str) -> None:
     where = (k, t)
     for part in re.split(r"(?m)^(?=\S+: each group alone)", t)[1:]:
         rid = part.split(":", 1)[0]
-        lk = next(g for g in step.group_lookups if g.request_id == rid)
+        lk = next(g for g in step.of(GroupLookup) if g.request_id == rid)
         hits = {}
         for gid, kind, size, hit in c.each(
             r"(?m)^group (\d+) \((full attention|window \d+), (\d+)-token blocks\) \| " + N + r" \| ", part
@@ -261,8 +272,8 @@ def check_groups(c: Checks, trace: Trace, k: int, t: str) -> None:
                     s.num_computed_tokens - s.num_tokens,
                     where,
                 )
-            if step.lookup is not None and step.op.op == "admit":
-                c.eq("groups: reconciled hit is where the schedule starts", hit, step.lookup.hit_tokens, where)
+            if step.last(Lookup) is not None and step.op.op == "admit":
+                c.eq("groups: reconciled hit is where the schedule starts", hit, step.last(Lookup).hit_tokens, where)
     rows = re.findall(
         r"(?m)^(\S+) group (\d+): freed below the window, last skipped first \(before the capacity check\) ([^\n]*)", t
     )
@@ -270,10 +281,10 @@ def check_groups(c: Checks, trace: Trace, k: int, t: str) -> None:
     c.eq(
         "groups: R group g freed below the window, blocks",
         said,
-        [(r, g, list(b)) for r, g, b in step.skipped_freed],
+        [(r.request_id, r.group_id, list(r.block_ids)) for r in step.of(SkippedFreed)],
         where,
     )
-    popped = {b for _, b in step.popped}
+    popped = {p.block_id for p in step.of(Popped)}
     for rid, gid, ids in said:
         req_a = after.request(rid)
         if req_a is not None:  # none of them is in the group's block table any more, unless popped again
@@ -287,10 +298,10 @@ def check_groups(c: Checks, trace: Trace, k: int, t: str) -> None:
     c.eq(
         "groups: retention, x of y hashed",
         [(rid, gid) for rid, gid, *_ in rows],
-        [(r.request_id, r.group_id) for r in step.retention],
+        [(r.request_id, r.group_id) for r in step.of(Retention)],
         where,
     )
-    for (rid, gid, x, y, marks), r in zip(rows, step.retention, strict=True):
+    for (rid, gid, x, y, marks), r in zip(rows, step.of(Retention), strict=True):
         said = re.findall(r"(\d+)(✓|–)", marks)
         c.eq(
             "groups: retention, x of y hashed",
@@ -346,12 +357,14 @@ def check_spec(c: Checks, trace: Trace, k: int, t: str) -> None:
     ):
         c.eq(
             "spec: matched M blocks (T tokens), dropped block i #b, hit H",
-            (m, tokens, hit, before.blocks[bid][1] is not None or bid in {cb.block_id for cb in step.cached}),
+            (m, tokens, hit, before.blocks[bid][1] is not None or bid in {cb.block_id for cb in step.of(CachedBlock)}),
             (index + 1, m * bs, tokens - bs, True),
             where,
         )
-        if step.lookup is not None and len(step.eagle_dropped) == 1:
-            c.eq("spec: matched M blocks (T tokens), dropped block i #b, hit H", hit, step.lookup.hit_tokens, where)
+        # one drop, no hybrid groups (whose reconciled hit may be shorter): the lookup's hit
+        lk = step.last(Lookup)
+        if lk is not None and len(step.of(EagleDropped)) == 1 and trace.scenario.groups is None:
+            c.eq("spec: matched M blocks (T tokens), dropped block i #b, hit H", hit, lk.hit_tokens, where)
         # the request's first scheduled token is where its hit ends (no connector adds to it)
         es = step.engine_step
         s = next((x for x in es.batch if x.request_id == who), None) if es is not None else None
@@ -364,7 +377,7 @@ def check_spec(c: Checks, trace: Trace, k: int, t: str) -> None:
                 where,
             )
         said.append((who, index, bid))
-    rec = [(r, i, b) for r, (i, b) in zip(step.eagle_dropped_for, step.eagle_dropped[:40], strict=False)]
+    rec = [(d.request_id, d.block_index, d.block_id) for d in step.of(EagleDropped)[:40]]
     c.eq("spec: matched M blocks (T tokens), dropped block i #b, hit H", said, rec, where)
     for rid, slots, sched_end, la, known, these, of, bar in c.each(
         r"(?m)^(\S+): slots for "
@@ -387,7 +400,7 @@ def check_spec(c: Checks, trace: Trace, k: int, t: str) -> None:
             known = of
         a = next(
             a
-            for a in step.admissions
+            for a in step.of(AdmissionCheck)
             if a.request_id == rid
             and a.ok
             and not a.full_sequence
@@ -422,7 +435,7 @@ def check_spec(c: Checks, trace: Trace, k: int, t: str) -> None:
         + N,
         t,
     ):
-        d = next(d for d in step.drafts if d.request_id == rid and not d.placeholders)
+        d = next(d for d in step.of(DraftsVerified) if d.request_id == rid and not d.placeholders)
         c.eq(
             "spec: N drafts verified, a accepted, r rolled back, computed C",
             (n, acc + rej, acc, comp),
@@ -435,7 +448,7 @@ def check_spec(c: Checks, trace: Trace, k: int, t: str) -> None:
                 "spec: N drafts verified, a accepted, r rolled back, computed C", comp, req_a.num_computed_tokens, where
             )
     for rid, n in c.each(r"(?m)^(\S+): " + N + r" placeholder drafts \(an admission padded to 1 \+ k tokens\)", t):
-        d = next(d for d in step.drafts if d.request_id == rid and d.placeholders)
+        d = next(d for d in step.of(DraftsVerified) if d.request_id == rid and d.placeholders)
         c.eq("spec: N placeholder drafts", (n, n), (d.num_drafts, spec.num_speculative_tokens), where)
 
 
@@ -444,7 +457,7 @@ def check_group_indexes(c: Checks, trace: Trace, k: int, caching: str) -> None:
     for a group are those the group's cache_blocks cached, and each is a block of that group's
     table (the request's, after the step) that has a hash."""
     step, after = trace.steps[k - 1], trace.snapshot_at(k)
-    if trace.scenario.groups is None or not step.cached:
+    if trace.scenario.groups is None or not step.of(CachedBlock):
         return
     m = re.search(
         r"[Bb]locks? ([\d, \-a-z]*?) (?:of \S+ were cached|gets? (?:their hashes|its hash)|\.\.\.|\))", caching
@@ -453,12 +466,12 @@ def check_group_indexes(c: Checks, trace: Trace, k: int, caching: str) -> None:
         return
     said = {int(g): _count_ids(ids) for ids, g in re.findall(r"(\d[\d, \-]*?) in group (\d+)", m.group(1))}
     rec: dict[int, int] = {}
-    for cb in step.cached[: 12 if "block indexes" in caching else None]:
+    for cb in step.of(CachedBlock)[: 12 if "block indexes" in caching else None]:
         rec[cb.group_id] = rec.get(cb.group_id, 0) + 1
     c.eq("caching: indexes per group", said, rec, (k, caching))
     req = after.request(step.op.id or "")
     if req is not None and step.op.op != "step":
-        for cb in step.cached:
+        for cb in step.of(CachedBlock):
             table = req.block_ids_by_group[cb.group_id]
             c.eq(
                 "caching: indexes per group (the group's table)",

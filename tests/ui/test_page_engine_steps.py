@@ -10,6 +10,7 @@ import pytest
 
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario
+from explorer.scenario.records import AdmissionCheck
 from explorer.ui.lesson_files import ENGINE_STEPS, MANAGER_OPS, list_lessons
 from explorer.ui.state import ViewState
 from tests.ui.helpers import (
@@ -68,7 +69,7 @@ def test_the_preemption_step_shows_the_victim_its_reason_and_the_failed_allocati
     step = trace.steps[8]
     assert step.preempted == ("B",)
     reason = dict(step.engine_step.preemption_reasons)["B"]
-    failed = [a for a in step.admissions if not a.ok]
+    failed = [a for a in step.of(AdmissionCheck) if not a.ok]
     at = explorer({"lesson": "14_engine_step", "step": "9"})
     html = all_html(at)
     assert 'data-px-preempted="B"' in html and reason in html

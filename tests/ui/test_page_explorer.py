@@ -10,6 +10,7 @@ import pytest
 
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario, with_engine
+from explorer.scenario.records import HashedBlock
 from explorer.ui.state import ViewState, build, encode_blob, session_json, session_toml
 from tests.ui.helpers import (
     EDGE,
@@ -120,7 +121,7 @@ def test_hashing_panel_shows_chain_digests_and_tail(lesson_at):
     at = step_to(lesson_at, 1)
     html = all_html(at)
     t = replay(load_scenario(LESSON))
-    first = t.steps[0].hashed[0]
+    first = t.steps[0].of(HashedBlock)[0]
     assert "NONE_HASH" in html and t.none_hash.hex()[:16] in html
     assert first.hash.hex()[:16] in html and f"event {first.external}" in html
     assert 'data-px-tail="4"' in html

@@ -9,6 +9,7 @@ import re
 
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario
+from explorer.scenario.records import GroupLookup, Retention, SkippedFreed
 from tests.ui.helpers import ROOT, all_html, explorer, step_through_lesson, step_to
 
 LESSON = "16_sliding_window"
@@ -27,17 +28,17 @@ def test_every_step_of_the_sliding_window_lesson_renders_its_groups():
             for gid, ids in enumerate(r.block_ids_by_group):
                 assert f'data-px-group-row="{r.request_id}:{gid}:{ids.count(0)}"' in html, (k, r.request_id, gid)
         assert 'data-px-pool-groups="1"' in html
-        for lookup in step.group_lookups:
+        for lookup in step.of(GroupLookup):
             assert f'data-px-group-lookup="{lookup.request_id}"' in html
             assert f'data-px-reconciled="{lookup.hit_tokens}"' in html
             shown = re.findall(r'data-px-group-hit="(\d+):(\d+)"', html)
             assert [int(h) for _, h in shown] == list(lookup.group_hit_tokens), k
             passes = re.findall(r'data-px-pass="([^"]+)"', html)
             assert len(passes) == len(lookup.calls), k
-        for r in step.retention:
+        for r in step.of(Retention):
             assert f'data-px-retention="{r.request_id}:{r.group_id}"' in html, k
-        for rid, gid, _ in step.skipped_freed:
-            assert f'data-px-skipped="{rid}:{gid}"' in html, k
+        for sf in step.of(SkippedFreed):
+            assert f'data-px-skipped="{sf.request_id}:{sf.group_id}"' in html, k
 
 
 def test_c_shows_128_alone_and_96_reconciled_with_its_boundary():
@@ -71,7 +72,7 @@ def test_group_html_escapes_request_ids_and_draws_engine_step_lookups():
     specs = trace.scenario.groups.groups
     html = ""
     for step in trace.steps:
-        html += "".join(lookup_html(lk, specs) for lk in step.group_lookups) + retention_html(step.retention)
+        html += "".join(lookup_html(lk, specs) for lk in step.of(GroupLookup)) + retention_html(step.of(Retention))
         html += group_tables_html(step.snapshot, specs)
     assert "<b>C</b>" not in html and "&lt;b&gt;C&lt;/b&gt;" in html
     assert 'data-px-group-hit="0:128"' in html and 'data-px-spb="128"' in html

@@ -8,6 +8,7 @@ import re
 
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario
+from explorer.scenario.records import AdmissionCheck, DraftsVerified, EagleDropped
 from explorer.viz.spec_decode_html import spec_decode_html
 from tests.ui.helpers import ROOT, all_html, now_text, step_through_lesson
 
@@ -18,16 +19,19 @@ def test_every_step_of_the_lesson_draws_what_its_records_say():
     trace = replay(load_scenario(ROOT / "lessons" / f"{LESSON}.toml"))
     for k, step, at in step_through_lesson(LESSON):
         html = all_html(at)
-        assert re.findall(r'data-px-eagle-drop="(\d+)"', html) == [str(b) for _, b in step.eagle_dropped], k
+        drops, verified = step.of(EagleDropped), step.of(DraftsVerified)
+        assert re.findall(r'data-px-eagle-drop="(\d+)"', html) == [str(d.block_id) for d in drops], k
         drafts = re.findall(r'data-px-drafts="([^"]+)"', html)
-        assert drafts == [f"{d.request_id}:{d.num_accepted}/{d.num_drafts}" for d in step.drafts], k
-        shown = bool(step.eagle_dropped or step.drafts or any(a.num_lookahead_tokens and a.ok for a in step.admissions))
+        assert drafts == [f"{d.request_id}:{d.num_accepted}/{d.num_drafts}" for d in verified], k
+        lookahead = any(a.num_lookahead_tokens and a.ok for a in step.of(AdmissionCheck))
+        shown = bool(drops or verified or lookahead)
         assert ('data-px-panel="spec_decode"' in html) == shown, k
-        for d in step.drafts:
+        for d in verified:
             assert f"{d.num_accepted} accepted of the {d.num_drafts} drafts" in now_text(at), k
     # The steps the lesson's notes talk about.
-    assert [k for k, s in enumerate(trace.steps, 1) if s.eagle_dropped] == [5, 7]
-    assert [(k, s.drafts[0].num_rejected) for k, s in enumerate(trace.steps, 1) if s.drafts] == [(10, 1), (12, 3)]
+    assert [k for k, s in enumerate(trace.steps, 1) if s.of(EagleDropped)] == [5, 7]
+    verified = [(k, s.of(DraftsVerified)) for k, s in enumerate(trace.steps, 1)]
+    assert [(k, d[0].num_rejected) for k, d in verified if d] == [(10, 1), (12, 3)]
 
 
 def test_the_slots_bar_splits_known_tokens_drafts_and_lookahead():

@@ -17,6 +17,7 @@ from explorer.scenario.parse import load_scenario
 from explorer.view.stage import build_steps
 from explorer.view.stage_panels import phase_panels
 from explorer.view.why_missed import MAX_CELLS, blocks_html, goto_step, miss_html, step_misses
+from tests.step_records import evictions
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSONS = sorted((ROOT / "lessons").glob("*.toml"))
@@ -49,7 +50,7 @@ def test_every_lookup_of_every_lesson_is_explained_from_its_record(path):
                 assert miss.evicted_by is not None
                 (g,) = goto
                 evictor = trace.steps[int(g) - 1]
-                assert int(g) < k and evictor.evicted  # an earlier step that popped cached blocks
+                assert int(g) < k and evictions(evictor)  # an earlier step that popped cached blocks
                 popper = miss.evicted_by.request_id
                 es = evictor.engine_step  # an engine step: the popper was scheduled in it
                 assert evictor.op.id == popper or (es is not None and popper in es.scheduled)
@@ -64,7 +65,7 @@ def test_the_evicted_block_of_the_first_lesson_links_to_the_allocation_that_popp
     k, miss = next((k, s.miss) for k, s in enumerate(trace.steps, 1) if s.miss and s.miss.first_miss == "evicted")
     shown = "".join(steps.parts[i] for i in steps.steps[k])
     assert f'data-px-goto="{goto_step(miss)}"' in shown
-    lost = {h for _, h in trace.steps[goto_step(miss) - 1].evicted}  # type: ignore[operator]
+    lost = {h for _, h in evictions(trace.steps[goto_step(miss) - 1])}  # type: ignore[operator]
     assert trace.steps[k - 1].op.op == "admit" and lost  # that step popped hashes this lookup missed
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from explorer.core.kv_cache_observer import AdmissionCheck
 from explorer.scenario.ops import Abort, EngineArrive, Reset
+from explorer.scenario.records import AdmissionCheck, CachedBlock, Freed, HashedBlock, Lookup, Popped, Touched
 from explorer.scenario.trace import Step, Trace
 from explorer.view.explain import step as manager_step
 from explorer.view.explain.records import PANEL_TITLES, Now, Panel, panels_in_order
@@ -65,7 +65,7 @@ def _events_sentence(step: Step) -> str:
 
 
 def _failed(step: Step) -> list[AdmissionCheck]:
-    return [a for a in step.admissions if not a.ok]
+    return [a for a in step.of(AdmissionCheck) if not a.ok]
 
 
 def now(trace: Trace, k: int) -> Now:
@@ -82,7 +82,8 @@ def now(trace: Trace, k: int) -> Now:
         out = len(op.output)
         bs = sc.hash_block_size  # the hasher's unit (hybrid groups: their sizes' GCD)
         # a KV connector gets block hashes even without prefix caching (vLLM builds the hasher for it)
-        hashed = f", {blocks_text(len(step.hashed))} hashed" if sc.engine.enable_prefix_caching or step.hashed else ""
+        blocks = step.of(HashedBlock)
+        hashed = f", {blocks_text(len(blocks))} hashed" if sc.engine.enable_prefix_caching or blocks else ""
         return Now(
             f"arrive {rid}",
             (ENGINE_REFS["add_request"], REFS["request_init"]),
@@ -92,7 +93,7 @@ def now(trace: Trace, k: int) -> Now:
             ),
         )
     if isinstance(op, Abort):
-        freed = len(step.freed)
+        freed = len(step.of(Freed))
         return Now(
             f"abort {rid}",
             (ENGINE_REFS["abort"], REFS["free"]),
@@ -164,13 +165,13 @@ def now(trace: Trace, k: int) -> Now:
 
 def _lookup_panel(trace: Trace, k: int) -> Panel | None:
     step = trace.steps[k - 1]
-    lk = step.lookup
+    lk = step.last(Lookup)
     if lk is None:
         return None
     # The record is the step's last lookup: with a connector, the request of its last lookup
     # report (a request it cannot tell about yet is looked up but never allocated).
     looked = [r.request_id for r in step.engine_step.connector if r.kind == "lookup"] if step.engine_step else []
-    gates = [a.request_id for a in step.admissions if a.full_sequence]
+    gates = [a.request_id for a in step.of(AdmissionCheck) if a.full_sequence]
     who = looked[-1] if looked else gates[-1] if len(set(gates)) == 1 else "the last waiting request the step looked at"
     text: tuple[str, ...]
     if lk.skipped:
@@ -187,10 +188,11 @@ def _lookup_panel(trace: Trace, k: int) -> Panel | None:
 
 def _allocate_panel(trace: Trace, k: int) -> Panel | None:
     step = trace.steps[k - 1]
-    if not step.admissions:
+    checks_ = step.of(AdmissionCheck)
+    if not checks_:
         return None
     per: dict[str, list[AdmissionCheck]] = {}
-    for a in step.admissions:
+    for a in checks_:
         per.setdefault(a.request_id, []).append(a)
     s = []
     for rid, checks in per.items():
@@ -206,10 +208,10 @@ def _allocate_panel(trace: Trace, k: int) -> Panel | None:
             + (f", {counted(blocks, 'new block')}" if blocks else "")
             + "."
         )
-    if step.touched:
-        s.append(
-            f"touch() took {counted(len(step.touched), 'hit block')} ({len(step.touched_from_free)} from the free queue)."
-        )
+    touched = step.of(Touched)
+    if touched:
+        from_free = sum(t.from_free for t in touched)
+        s.append(f"touch() took {counted(len(touched), 'hit block')} ({from_free} from the free queue).")
     refs = (REFS["allocate_slots"], REFS["admission_check"], REFS["touch"], REFS["get_new_blocks"])
     summary = f"{len(per)} req." + (" refused" if _failed(step) else "")
     return Panel("allocate", 3, PANEL_TITLES["allocate"], refs, tuple(s), summary)
@@ -217,11 +219,12 @@ def _allocate_panel(trace: Trace, k: int) -> Panel | None:
 
 def _caching_panel(trace: Trace, k: int) -> Panel | None:
     step = trace.steps[k - 1]
-    if not step.cached:
+    cached = step.of(CachedBlock)
+    if not cached:
         return None
     s = (
-        f"{blocks_text(len(step.cached))} got their hash in the hash map in this step (block indexes "
-        + indexes_text(step.cached, trace.scenario.groups is not None, 12)
+        f"{blocks_text(len(cached))} got their hash in the hash map in this step (block indexes "
+        + indexes_text(cached, trace.scenario.groups is not None, 12)
         + ").",
         "allocate_slots caches full blocks up to min(num_computed_tokens + num_new_tokens, num_tokens): only tokens that have arrived.",
     )
@@ -231,40 +234,42 @@ def _caching_panel(trace: Trace, k: int) -> Panel | None:
         PANEL_TITLES["caching"],
         (REFS["cache_full_blocks"], REFS["tokens_to_cache"]),
         s,
-        f"{len(step.cached)} cached",
+        f"{len(cached)} cached",
     )
 
 
 def _free_panel(trace: Trace, k: int) -> Panel | None:
     step = trace.steps[k - 1]
-    if not step.freed:
+    freed = step.of(Freed)
+    if not freed:
         return None
     es = step.engine_step
     who = list(step.preempted) + (list(es.finished) if es is not None else [])
     if step.op.op == "abort" and step.op.id:
         who.append(step.op.id)
-    front = sum(1 for f in step.freed if f.to == "front")
-    back = sum(1 for f in step.freed if f.to == "back")
-    held = sum(1 for f in step.freed if f.to == "held")
+    front = sum(1 for f in freed if f.to == "front")
+    back = sum(1 for f in freed if f.to == "back")
+    held = sum(1 for f in freed if f.to == "held")
     s = (
-        f"{blocks_text(len(step.freed))} freed" + (f" (by {', '.join(dict.fromkeys(who))})" if who else "") + ": "
+        f"{blocks_text(len(freed))} freed" + (f" (by {', '.join(dict.fromkeys(who))})" if who else "") + ": "
         f"{front} to the front of the free queue, {back} to the back, {held} still held by others.",
     )
-    return Panel("free", 5, PANEL_TITLES["free"], (REFS["free"], REFS["free_blocks"]), s, f"{len(step.freed)} freed")
+    return Panel("free", 5, PANEL_TITLES["free"], (REFS["free"], REFS["free_blocks"]), s, f"{len(freed)} freed")
 
 
 def _eviction_panel(trace: Trace, k: int) -> Panel | None:
     step = trace.steps[k - 1]
-    if not step.evicted:
+    evicted = sum(p.evicted_hash is not None for p in step.of(Popped))
+    if not evicted:
         return None
-    s = (f"{blocks_text(len(step.evicted))} popped while still cached lost their hash (one BlockRemoved per hash).",)
+    s = (f"{blocks_text(evicted)} popped while still cached lost their hash (one BlockRemoved per hash).",)
     return Panel(
         "eviction",
         6,
         PANEL_TITLES["eviction"],
         (REFS["get_new_blocks"], REFS["evict"]),
         s,
-        f"{len(step.evicted)} evicted",
+        f"{evicted} evicted",
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from explorer.scenario.ops import Admit, Reset
+from explorer.scenario.records import AdmissionCheck, CacheCall, CachedBlock, Freed, Lookup, Popped, Touched
 from explorer.scenario.trace import Trace
 from explorer.view.explain.records import PANEL_TITLES, Panel
 from explorer.view.explain.refs import REFS
@@ -11,7 +12,8 @@ from explorer.view.explain.words import blocks_text, counted, ids_text, indexes_
 
 def allocate_panel(trace: Trace, k: int) -> Panel | None:
     step = trace.steps[k - 1]
-    if not step.admissions:
+    checks = step.of(AdmissionCheck)
+    if not checks:
         return None
     op = step.op
     rid = op.id
@@ -25,7 +27,7 @@ def allocate_panel(trace: Trace, k: int) -> Panel | None:
     )
     s: list[str] = []
     if isinstance(op, Admit):
-        a = step.admissions[0]
+        a = checks[0]
         verdict = "<=" if a.ok else ">"
         s.append(
             f"allocate_slots needs {counted(a.num_new_blocks, 'new block')} for tokens up to {a.num_tokens_need_slot:,} plus "
@@ -38,11 +40,11 @@ def allocate_panel(trace: Trace, k: int) -> Panel | None:
         if op.tokens is not None:
             s[-1] = s[-1][:-1] + f" (a chunk of {counted(a.num_new_tokens, 'token')}: chunked prefill)."
     else:
-        allocs = len(step.admissions)
-        grew = sum(1 for a in step.admissions if a.ok and a.num_new_blocks > 0)
+        allocs = len(checks)
+        grew = sum(1 for a in checks if a.ok and a.num_new_blocks > 0)
         if op.op == "decode":
             s.append(
-                f"allocate_slots gives the pending token{'s' if (step.admissions[0].num_new_tokens > 1) else ''} a slot; "
+                f"allocate_slots gives the pending token{'s' if (checks[0].num_new_tokens > 1) else ''} a slot; "
                 + (
                     f"{counted(len(new_ids), 'new block')} {'was' if len(new_ids) == 1 else 'were'} needed because the request's last block was full."
                     if new_ids
@@ -58,9 +60,10 @@ def allocate_panel(trace: Trace, k: int) -> Panel | None:
             s.append(
                 "The last call found no free block and returned None: generation stops there (there is no implicit preemption)."
             )
-    if step.touched:
-        from_free = len(step.touched_from_free)
-        shared = len(step.touched) - from_free
+    touched = step.of(Touched)
+    if touched:
+        from_free = sum(t.from_free for t in touched)
+        shared = len(touched) - from_free
         parts = []
         if from_free:
             parts.append(f"{from_free:,} left the free queue (ref_cnt 0 -> 1)")
@@ -69,35 +72,37 @@ def allocate_panel(trace: Trace, k: int) -> Panel | None:
                 f"{shared} {'was' if shared == 1 else 'were'} in use by another request and {'is' if shared == 1 else 'are'} now shared"
             )
         s.append(
-            f"touch() first adds 1 to the ref_cnt of the {counted(len(step.touched), 'hit block')}: "
+            f"touch() first adds 1 to the ref_cnt of the {counted(len(touched), 'hit block')}: "
             + " and ".join(parts)
             + "."
         )
     if new_ids:
-        ev = len(step.evicted)
+        ev = sum(p.evicted_hash is not None for p in step.of(Popped))
         s.append(
             f"Only then does get_new_blocks pop {counted(len(new_ids), 'block')} from the head of the free queue: {ids_text(new_ids)}"
             + (f"; {ev} of them still had a hash and lost it (panel 6)." if ev else ".")
         )
     elif op.op == "admit":
         s.append("No new block was needed.")
-    summary = f"{len(new_ids)} new" + (f", {len(step.touched)} touched" if step.touched else "")
+    summary = f"{len(new_ids)} new" + (f", {len(touched)} touched" if touched else "")
     return Panel("allocate", 3, PANEL_TITLES["allocate"], refs, tuple(s), summary)
 
 
 def caching_panel(trace: Trace, k: int) -> Panel | None:
     step = trace.steps[k - 1]
-    if not step.cached:
+    cached = step.of(CachedBlock)
+    if not cached:
         return None
     op = step.op
     bs = trace.scenario.engine.block_size
     req = request_at(trace, k, op.id)
-    idx = [c.index for c in step.cached]
+    idx = [c.index for c in cached]
     refs = (REFS["tokens_to_cache"], REFS["cache_full_blocks"], REFS["hash_map"])
     s: list[str] = []
-    if op.op == "admit" and step.admissions and step.cache_calls and req is not None:
-        a = step.admissions[0]
-        t = step.cache_calls[0].num_tokens  # what allocate_slots passed to cache_blocks (group 0)
+    a = step.first(AdmissionCheck)
+    call = step.first(CacheCall)
+    if op.op == "admit" and a is not None and call is not None and req is not None:
+        t = call.num_tokens  # what allocate_slots passed to cache_blocks (group 0)
         m = min(a.num_computed_tokens + a.num_new_tokens, req.num_tokens)
         groups = trace.scenario.groups
         gbs = bs if groups is None else groups.groups[0].block_size
@@ -112,20 +117,20 @@ def caching_panel(trace: Trace, k: int) -> Panel | None:
         before = idx[0]
         many = len(idx) > 1
         earlier = "block 0" if before == 1 else f"blocks 0-{before - 1}"
-        how = "were hits and are cached already" if step.lookup is not None else "were cached by earlier chunks"
+        how = "were hits and are cached already" if step.last(Lookup) is not None else "were cached by earlier chunks"
         if before == 1:
             how = how.replace("were", "was").replace("are", "is")
         s.append(
-            f"Block{'s' if many else ''} {indexes_text(step.cached, trace.scenario.groups is not None)} get{'' if many else 's'} {'their hashes' if many else 'its hash'} now, at allocation time, "
+            f"Block{'s' if many else ''} {indexes_text(cached, trace.scenario.groups is not None)} get{'' if many else 's'} {'their hashes' if many else 'its hash'} now, at allocation time, "
             f"before the model computes {'them' if many else 'it'}" + (f"; {earlier} {how}." if before > 0 else ".")
         )
     else:
         s.append(
-            f"As decoding allocated slots, {blocks_text(len(idx))} filled up: block{'s' if len(idx) > 1 else ''} {indexes_text(step.cached, trace.scenario.groups is not None)} of {op.id} "
+            f"As decoding allocated slots, {blocks_text(len(idx))} filled up: block{'s' if len(idx) > 1 else ''} {indexes_text(cached, trace.scenario.groups is not None)} of {op.id} "
             f"{'were' if len(idx) > 1 else 'was'} cached by the allocate_slots call that covered {'their' if len(idx) > 1 else 'its'} last token "
             "(min(computed + new, num_tokens): a block is cached once every token in it is being computed)."
         )
-    dups = [c for c in step.cached if c.duplicate_of]
+    dups = [c for c in cached if c.duplicate_of]
     if dups:
         pairs = ", ".join(f"#{c.block_id} = #{'/#'.join(map(str, c.duplicate_of))}" for c in dups[:4])
         s.append(
@@ -143,18 +148,19 @@ def caching_panel(trace: Trace, k: int) -> Panel | None:
 
 def free_panel(trace: Trace, k: int) -> Panel | None:
     step = trace.steps[k - 1]
-    if not step.freed:
+    freed = step.of(Freed)
+    if not freed:
         return None
     op = step.op
-    front = [f.block_id for f in step.freed if f.to == "front"]
-    back = [f.block_id for f in step.freed if f.to == "back"]
-    held = [f.block_id for f in step.freed if f.to == "held"]
+    front = [f.block_id for f in freed if f.to == "front"]
+    back = [f.block_id for f in freed if f.to == "back"]
+    held = [f.block_id for f in freed if f.to == "held"]
     refs = (REFS["free"], REFS["free_blocks"])
     who = op.id if op.op != "reset" else ", ".join(step.preempted)
     s = []
     if op.op == "finish":
         s.append(
-            f"free({who}) hands back its {blocks_text(len(step.freed))} in reverse order (last block first), and each ref_cnt drops by 1."
+            f"free({who}) hands back its {blocks_text(len(freed))} in reverse order (last block first), and each ref_cnt drops by 1."
         )
     else:
         s.append(
@@ -178,7 +184,7 @@ def free_panel(trace: Trace, k: int) -> Panel | None:
         )
     else:
         s.append("Freeing sends no event: the hashes stay valid until a block is popped again.")
-    summary = f"{len(step.freed)} freed"
+    summary = f"{len(freed)} freed"
     return Panel("free", 5, PANEL_TITLES["free"], refs, tuple(s), summary)
 
 
@@ -207,15 +213,16 @@ def eviction_panel(trace: Trace, k: int) -> Panel | None:
                 f"With running = true the running requests were preempted first, the last to start first: {', '.join(step.preempted)}.",
             )
         return Panel("eviction", 6, PANEL_TITLES["eviction"], refs, tuple(s), summary)
-    if not step.evicted:
+    evicted = [p for p in step.of(Popped) if p.evicted_hash is not None]
+    if not evicted:
         return None
     still = {h for h, _ in trace.snapshot_at(k).cached}
-    gone = [b for b, h in step.evicted if h not in still]
-    dup = [b for b, h in step.evicted if h in still]
+    gone = [p.block_id for p in evicted if p.evicted_hash not in still]
+    dup = [p.block_id for p in evicted if p.evicted_hash in still]
     removed = sum(1 for e in step.events if type(e).__name__ == "BlockRemoved")
     s = [
-        f"get_new_blocks popped {counted(len(step.evicted), 'block')} that still had a hash ({ids_text(b for b, _ in step.evicted)}); "
-        f"{'each' if len(step.evicted) > 1 else 'it'} loses its hash before it is reused, because its old KV is about to be overwritten.",
+        f"get_new_blocks popped {counted(len(evicted), 'block')} that still had a hash ({ids_text(p.block_id for p in evicted)}); "
+        f"{'each' if len(evicted) > 1 else 'it'} loses its hash before it is reused, because its old KV is about to be overwritten.",
         f"Each eviction sends one BlockRemoved: {counted(removed, 'event')} this step.",
     ]
     if dup and not gone:
@@ -236,5 +243,5 @@ def eviction_panel(trace: Trace, k: int) -> Panel | None:
         PANEL_TITLES["eviction"],
         (REFS["get_new_blocks"], REFS["evict"], REFS["map_pop"]),
         tuple(s),
-        f"{len(step.evicted)} evicted",
+        f"{len(evicted)} evicted",
     )

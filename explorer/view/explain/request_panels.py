@@ -4,6 +4,7 @@ longest cached prefix)."""
 from __future__ import annotations
 
 from explorer.scenario.ops import Arrival, Arrive
+from explorer.scenario.records import EagleDropped, HashedBlock, Lookup
 from explorer.scenario.trace import Step, Trace
 from explorer.view.explain.records import PANEL_TITLES, Panel
 from explorer.view.explain.refs import REFS
@@ -24,7 +25,7 @@ def _extra_sentence(step: Step) -> str | None:
             f"cache_salt {op.cache_salt!r} is an extra key of block 0 only, and since every later hash chains through block 0 the whole chain differs from an unsalted one"
         )
     for m in op.mm if isinstance(op, Arrive) else ():
-        touched = [h.index for h in step.hashed if h.start < m.offset + m.length and m.offset < h.end]
+        touched = [h.index for h in step.of(HashedBlock) if h.start < m.offset + m.length and m.offset < h.end]
         where = f"block{'s' if len(touched) != 1 else ''} {ids_text(touched)}" if touched else "no full block"
         parts.append(f"image {m.id!r} (tokens {m.offset}-{m.offset + m.length - 1}) is an extra key of {where}")
     if not parts:
@@ -42,7 +43,7 @@ def hashing_panel(trace: Trace, k: int) -> Panel | None:
     if isinstance(op, Arrival):
         n = len(op.prompt)
         full = n // bs
-        if not eng.enable_prefix_caching and not step.hashed:
+        if not eng.enable_prefix_caching and not step.of(HashedBlock):
             return Panel(
                 "hashing",
                 1,
@@ -77,10 +78,11 @@ def hashing_panel(trace: Trace, k: int) -> Panel | None:
             )
         refs = refs_arrive + (REFS["none_hash"],) + ((REFS["extra_keys"],) if extra else ()) + (REFS["event_hash"],)
         return Panel("hashing", 1, PANEL_TITLES["hashing"], refs, tuple(s), f"{full} hashed")
-    if op.op in ("sample", "generate") and step.hashed:
+    hashed = step.of(HashedBlock)
+    if op.op in ("sample", "generate") and hashed:
         req = request_at(trace, k, op.id)
         n = req.num_tokens if req else 0
-        idx = [h.index for h in step.hashed]
+        idx = [h.index for h in hashed]
         toks = step.num_sampled or 0
         s = [
             f"{counted(toks, 'output token')} took {op.id} to {counted(n, 'token')}, and {blocks_text(len(idx))} became full: block{'s' if len(idx) > 1 else ''} {ids_text(idx)} got {'their hashes' if len(idx) > 1 else 'its hash'}.",
@@ -99,7 +101,7 @@ def hashing_panel(trace: Trace, k: int) -> Panel | None:
 
 def lookup_panel(trace: Trace, k: int) -> Panel | None:
     step = trace.steps[k - 1]
-    lk = step.lookup
+    lk = step.last(Lookup)
     if lk is None:
         return None
     rid = step.op.id
@@ -146,9 +148,9 @@ def lookup_panel(trace: Trace, k: int) -> Panel | None:
                 else "."
             )
         )
-    for index, block_id in step.eagle_dropped:  # speculative decoding (design section 9)
+    for drop in step.of(EagleDropped):  # speculative decoding (design section 9)
         s.append(
-            f"EAGLE dropped the last matching block (block {index}, #{block_id}) from the hit: "
+            f"EAGLE dropped the last matching block (block {drop.block_index}, #{drop.block_id}) from the hit: "
             f"{lk.hit_tokens:,} tokens."
         )
     if groups is not None:

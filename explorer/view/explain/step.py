@@ -8,6 +8,7 @@ and tests read it. Each panel names the vLLM function and its file:line in relea
 from __future__ import annotations
 
 from explorer.scenario.ops import Arrival, Arrive, Generate, Reset, Sample
+from explorer.scenario.records import AdmissionCheck, CachedBlock, DraftsVerified, Freed, HashedBlock, Lookup
 from explorer.scenario.trace import Trace
 from explorer.view.explain.pool_panels import allocate_panel, caching_panel, eviction_panel, free_panel
 from explorer.view.explain.records import Now, Panel, panels_in_order
@@ -74,7 +75,8 @@ def now(trace: Trace, k: int) -> Now:
         s.append("Nothing touches the pool yet: a request gets blocks only when it is admitted.")
     elif op.op == "admit":
         refs = (REFS["get_computed_blocks"], REFS["allocate_slots"])
-        a = step.admissions[0] if step.admissions else None
+        a = step.first(AdmissionCheck)
+        lk = step.last(Lookup)
         req = request_at(trace, k, rid)
         n = req.num_tokens if req else 0
         if step.ok:
@@ -82,9 +84,9 @@ def now(trace: Trace, k: int) -> Now:
             s = [
                 (
                     f"{rid} hits {hit:,} of its {n:,} tokens"
-                    if step.lookup and not step.lookup.skipped
+                    if lk and not lk.skipped
                     else f"{rid} continues its prefill"
-                    if step.lookup is None
+                    if lk is None
                     else f"{rid} skips the lookup"
                 )
                 + f" and gets {counted(new, 'new block')}; the free queue goes from {prev.num_free_blocks:,} to {snap.num_free_blocks:,} blocks."
@@ -115,7 +117,7 @@ def now(trace: Trace, k: int) -> Now:
             else f"{rid} computes its pending tokens"
         )
         s = [
-            f"{what}: {counted(len(step.admissions), 'allocate_slots call')}, {counted(new, 'new block')}, {counted(len(step.cached), 'block')} cached."
+            f"{what}: {counted(len(step.of(AdmissionCheck)), 'allocate_slots call')}, {counted(new, 'new block')}, {counted(len(step.of(CachedBlock)), 'block')} cached."
         ]
         if not step.ok:
             s.append("An allocation found no free block, so the op stopped there.")
@@ -124,7 +126,7 @@ def now(trace: Trace, k: int) -> Now:
     elif isinstance(op, Sample):
         refs = (REFS["append_output"],)
         toks = len(op.tokens)
-        made = len(step.hashed)
+        made = len(step.of(HashedBlock))
         s = [
             f"{rid} samples {counted(toks, 'token')}; they are not computed yet, so the pool does not change"
             + (
@@ -133,7 +135,7 @@ def now(trace: Trace, k: int) -> Now:
                 else ", and no block became full, so there is no new hash."
             )
         ]
-        for d in step.drafts:  # speculative decoding (design section 9): the verified drafts
+        for d in step.of(DraftsVerified):  # speculative decoding (design section 9): the verified drafts
             s[0] = (
                 f"{rid} gets {counted(toks, 'token')}: {d.num_accepted} accepted of the {d.num_drafts} drafts its "
                 f"decode verified, plus a bonus token; {d.num_rejected} rejected, rolled back to "
@@ -146,13 +148,14 @@ def now(trace: Trace, k: int) -> Now:
             )
     elif op.op in ("finish", "preempt"):
         refs = (REFS["free"], REFS["free_blocks"])
-        front = sum(1 for f in step.freed if f.to == "front")
-        back = sum(1 for f in step.freed if f.to == "back")
-        held = sum(1 for f in step.freed if f.to == "held")
+        freed = step.of(Freed)
+        front = sum(1 for f in freed if f.to == "front")
+        back = sum(1 for f in freed if f.to == "back")
+        held = sum(1 for f in freed if f.to == "held")
         verb = "finishes" if op.op == "finish" else "is preempted"
-        if step.freed:
+        if freed:
             s = [
-                f"{rid} {verb}: {blocks_text(len(step.freed))} freed, {front} to the front of the free queue, {back} to the back, {held} still held by others."
+                f"{rid} {verb}: {blocks_text(len(freed))} freed, {front} to the front of the free queue, {back} to the back, {held} still held by others."
             ]
         else:
             s = [f"{rid} {verb} holding no block (it was waiting or preempted), so the pool does not change."]

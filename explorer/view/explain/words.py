@@ -7,7 +7,8 @@ from collections.abc import Iterable, Sequence
 
 from explorer.numbers import counted
 from explorer.scenario.cli import id_ranges
-from explorer.scenario.trace import CachedBlock, RequestView, Step, Trace
+from explorer.scenario.records import CachedBlock, Popped
+from explorer.scenario.trace import RequestView, Step, Trace
 
 __all__ = ["blocks_text", "counted", "ids_text", "indexes_text", "new_blocks", "request_at", "tail_words"]
 
@@ -56,4 +57,4 @@ def tail_words(n: int, bs: int) -> str:
 def new_blocks(step: Step, request_id: str | None = None) -> list[int]:
     """The blocks the step's allocations popped, in pop order, as the pool reported them: every
     group's (``new_block_ids`` is the first group's alone); only ``request_id``'s if given."""
-    return [b for rid, b in step.popped if request_id is None or rid == request_id]
+    return [p.block_id for p in step.of(Popped) if request_id is None or p.request_id == request_id]
