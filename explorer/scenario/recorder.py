@@ -102,11 +102,11 @@ class StepRecorder(KVCacheObserver):
     def on_lookup(self, request_id: str, num_tokens: int, max_cache_hit_length: int, num_hit_tokens: int) -> None:
         self._records += [EagleDropped(request_id, index, block_id) for index, block_id in self._drops]
         cap = max_cache_hit_length // self.block_size
-        self._records.append(Lookup(num_tokens, cap, tuple(self._probes), num_hit_tokens))
+        self._records.append(Lookup(request_id, num_tokens, cap, tuple(self._probes), num_hit_tokens))
         self._probes, self._drops = [], []
 
     def on_lookup_skipped(self, request_id: str, num_tokens: int, reason: str) -> None:
-        self._records.append(Lookup(num_tokens, 0, (), 0, reason))
+        self._records.append(Lookup(request_id, num_tokens, 0, (), 0, reason))
 
     def on_lookup_probe(self, group_id: int, block_index: int, block_id: int | None) -> None:
         if group_id == GROUP_0:  # the lookup ruler draws group 0; each group's hit is in GroupLookup

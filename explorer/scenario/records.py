@@ -63,6 +63,7 @@ class HashedBlock:
 class Lookup:
     """get_computed_blocks: the walk from block 0, capped at max_cache_hit_length (num_tokens - 1)."""
 
+    request_id: str  # the request looked up (an engine step looks up each waiting request it admits)
     num_tokens: int
     cap_blocks: int  # how many hashes may be probed
     probes: tuple[tuple[int, bool, int | None], ...]  # (block index, hit, block id), group 0's

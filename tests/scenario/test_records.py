@@ -42,8 +42,9 @@ EXAMPLES: list[tuple[Record, dict[str, typing.Any]]] = [
         {"index": 1, "start": 16, "end": 32, "hash": H1.hex(), "extra_keys": [["lora", "ada", 1], ["cache_salt", "s"]]},
     ),
     (
-        Lookup(40, 2, ((0, True, 5), (1, False, None)), 16),
+        Lookup("A", 40, 2, ((0, True, 5), (1, False, None)), 16),
         {
+            "request_id": "A",
             "num_tokens": 40,
             "cap_blocks": 2,
             "probes": [[0, True, 5], [1, False, None]],
@@ -52,8 +53,15 @@ EXAMPLES: list[tuple[Record, dict[str, typing.Any]]] = [
         },
     ),
     (
-        Lookup(9, 0, (), 0, "prefix caching is off"),
-        {"num_tokens": 9, "cap_blocks": 0, "probes": [], "hit_tokens": 0, "skipped": "prefix caching is off"},
+        Lookup("B", 9, 0, (), 0, "prefix caching is off"),
+        {
+            "request_id": "B",
+            "num_tokens": 9,
+            "cap_blocks": 0,
+            "probes": [],
+            "hit_tokens": 0,
+            "skipped": "prefix caching is off",
+        },
     ),
     (EagleDropped("R", 3, 7), {"request_id": "R", "block_index": 3, "block_id": 7}),
     (

@@ -97,8 +97,9 @@ def check_engine_panels(c: Checks, trace: Trace, k: int, panels: dict[str, str])
         t,
     ):
         assert lk is not None
+        c.eq("engine lookup: the request looked up", who, lk.request_id, where)
         req = before.request(who) or after.request(who)
-        rec_n = req.num_tokens if req is not None and not who.startswith("the last") else n
+        rec_n = req.num_tokens if req is not None else n
         c.eq("engine lookup: N tokens, cap, hit", (n, cap, hit <= n), (lk.num_tokens, lk.cap_blocks, True), where)
         c.eq("engine lookup: N tokens, cap, hit", (n, hit), (rec_n, lk.hit_tokens), where)
     t = panels.get("allocate", "")

@@ -168,11 +168,7 @@ def _lookup_panel(trace: Trace, k: int) -> Panel | None:
     lk = step.last(Lookup)
     if lk is None:
         return None
-    # The record is the step's last lookup: with a connector, the request of its last lookup
-    # report (a request it cannot tell about yet is looked up but never allocated).
-    looked = [r.request_id for r in step.engine_step.connector if r.kind == "lookup"] if step.engine_step else []
-    gates = [a.request_id for a in step.of(AdmissionCheck) if a.full_sequence]
-    who = looked[-1] if looked else gates[-1] if len(set(gates)) == 1 else "the last waiting request the step looked at"
+    who = lk.request_id  # the step's last lookup, and the request it looked up
     text: tuple[str, ...]
     if lk.skipped:
         text = (f"No lookup for {who}: {lk.skipped}.",)
