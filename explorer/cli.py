@@ -162,6 +162,11 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="replay a scenario TOML file")
     r.add_argument("file", help="the scenario TOML file (docs/design.md section 3)")
     r.add_argument("--json", action="store_true", help="print the replay JSON instead of one line per step")
+    r.add_argument(
+        "--records",
+        action="store_true",
+        help="with --json: each step's records too, what the core reported, in order (docs/design.md section 5)",
+    )
     _vllm_option(r)
     r.add_argument(
         "--vllm-diff", action="store_true", help="replay under 0.31.0 and 0.33.0; print the first step that differs"

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterable
 from typing import assert_never
 
+from explorer.errors import BadInput
 from explorer.miss.sentence import miss_sentence
 from explorer.numbers import counted
 from explorer.printable import printable
@@ -38,6 +39,7 @@ from explorer.scenario.records import (
     Popped,
     Retention,
     SkippedFreed,
+    record_to_json,
 )
 from explorer.scenario.spec import Scenario
 from explorer.scenario.spec_decode_text import spec_decode_words
@@ -45,6 +47,9 @@ from explorer.scenario.trace import EngineStepRecord, Step, Trace
 from explorer.scenario.vllm_diff import vllm_diff
 
 MAX_FAILURES_SHOWN = 100  # expect failures listed on stderr (a scenario may have 100,000)
+# `run --json --records`: the most records written (about 60 bytes of JSON each); a full pool's
+# every step would otherwise write hundreds of MB.
+MAX_RECORDS_WRITTEN = 1_000_000
 
 
 def id_ranges(ids: Iterable[int]) -> str:
@@ -232,9 +237,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     scenario = with_release(load_scenario(args.file), getattr(args, "vllm", None))
     if getattr(args, "vllm_diff", False):
         return _print_vllm_diff(scenario, args.json)
-    trace = replay(scenario, record=not args.json)
+    records = getattr(args, "records", False)
+    if records and not args.json:
+        raise BadInput("--records adds each step's records to the replay JSON: use it with --json")
+    trace = replay(scenario, record=records or not args.json)
     if args.json:
-        sys.stdout.write(json.dumps(trace.to_json()) + "\n")
+        sys.stdout.write(json.dumps(_with_records(trace) if records else trace.to_json()) + "\n")
     else:
         # titles and ids are the user's: control characters shown as escapes, not sent to the terminal
         sys.stdout.write(printable(render_text(trace)) + "\n")
@@ -244,6 +252,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     if len(failures) > MAX_FAILURES_SHOWN:
         sys.stderr.write(f"expect failed: {len(failures) - MAX_FAILURES_SHOWN:,} more not shown\n")
     return 1 if failures else 0
+
+
+def _with_records(trace: Trace) -> dict:
+    """The replay JSON with each step's records (`records.record_to_json`, in the order the core
+    reported them) under ``records``: the same JSON otherwise, key for key."""
+    total = sum(len(s.records) for s in trace.steps)
+    if total > MAX_RECORDS_WRITTEN:
+        raise BadInput(
+            f"{trace.scenario.source}: its steps hold {total:,} records, more than the {MAX_RECORDS_WRITTEN:,} "
+            "`--records` writes: use fewer blocks or steps, or `run --json` without them"
+        )
+    out = trace.to_json()
+    for step_json, step in zip(out["steps"], trace.steps, strict=True):
+        step_json["records"] = [record_to_json(r) for r in step.records]
+    return out
 
 
 def _print_vllm_diff(scenario: Scenario, as_json: bool) -> int:
