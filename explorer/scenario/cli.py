@@ -235,11 +235,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     # per-step snapshot (but those `expect` needs) and records no panels. The text form
     # describes each step, so it records everything.
     scenario = with_release(load_scenario(args.file), getattr(args, "vllm", None))
+    records = getattr(args, "records", False)
+    if records and (not args.json or getattr(args, "vllm_diff", False)):
+        raise BadInput("--records adds each step's records to the replay JSON: use it with --json, without --vllm-diff")
     if getattr(args, "vllm_diff", False):
         return _print_vllm_diff(scenario, args.json)
-    records = getattr(args, "records", False)
-    if records and not args.json:
-        raise BadInput("--records adds each step's records to the replay JSON: use it with --json")
     trace = replay(scenario, record=records or not args.json)
     if args.json:
         sys.stdout.write(json.dumps(_with_records(trace) if records else trace.to_json()) + "\n")

@@ -64,10 +64,13 @@ def test_the_core_order_is_kept():
     assert all(r["request_id"] == admit["id"] for r in popped)
 
 
-def test_records_without_json_is_one_message():
-    run = run_explorer("run", LESSONS / "00_two_chat_turns.toml", "--records")
+@pytest.mark.parametrize("flags", [["--records"], ["--records", "--vllm-diff"], ["--json", "--records", "--vllm-diff"]])
+def test_records_without_the_replay_json_is_one_message(flags):
+    run = run_explorer("run", LESSONS / "00_two_chat_turns.toml", *flags)
     assert run.returncode == 2 and run.stdout == ""
-    assert run.stderr == "error: --records adds each step's records to the replay JSON: use it with --json\n"
+    assert run.stderr == (
+        "error: --records adds each step's records to the replay JSON: use it with --json, without --vllm-diff\n"
+    )
 
 
 def test_more_records_than_the_cap_is_one_message(monkeypatch):
