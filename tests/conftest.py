@@ -1,4 +1,5 @@
-"""Suite-wide: the order test files are handed to the parallel workers.
+"""Suite-wide: the order test files are handed to the parallel workers, and one scan of the
+installed Streamlit components per test process (`pytest_configure`).
 
 With ``--dist loadfile`` each file is one unit of work, handed to whichever worker is free. The
 longest files go first (a short list of them, then the browser tier and the conformance tier), so the run does not end with
@@ -8,6 +9,8 @@ inside a file keep their order.
 """
 
 from __future__ import annotations
+
+import functools
 
 import pytest
 
@@ -35,3 +38,15 @@ def _rank(item: pytest.Item) -> int:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_rank)  # stable: files and the tests in them keep their relative order
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Streamlit's AppTest scans every installed distribution for component manifests on each
+    new AppTest's first run (``scan_component_manifests``: about 0.07 s over this venv's ~460
+    distributions, for each of the suite's hundreds of AppTests). What is installed does not
+    change during a test run, so each test process scans once; every AppTest still registers
+    what the scan found, as Streamlit does."""
+    from streamlit.components.v2 import manifest_scanner
+
+    scan = functools.cache(manifest_scanner.scan_component_manifests)
+    manifest_scanner.scan_component_manifests = lambda max_workers=None: list(scan(max_workers))
