@@ -466,6 +466,12 @@ def test_compare_reports_field_paths():
     assert len(diffs) == 5
 
 
+def test_compare_is_json_strict_about_booleans_and_not_about_number_forms():
+    # the texts differ in both cases; only the walk decides: true is not 1, 1.0 is 1
+    assert compare({"ok": True, "n": [1]}, {"ok": 1, "n": [1]}) == ["ok: ours true != vllm 1"]
+    assert compare({"n": 1.0, "m": [2.0]}, {"n": 1, "m": [2]}) == []
+
+
 # The driver's own checks (vectors, refusals, recorded answers) are 0.31.0's: pinned to it.
 @pytest.fixture(scope="module")
 def vllm_oracle(vllm_oracles):
