@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from explorer.scenario.records import Popped, Touched
+from explorer.scenario.records import Touched
 from explorer.scenario.trace import Step
 
 
 def evictions(step: Step) -> list[tuple[int, bytes]]:
     """(block id, hash it lost) of every block the step popped while it still held a hash, in pop order."""
-    return [(p.block_id, p.evicted_hash) for p in step.of(Popped) if p.evicted_hash is not None]
+    return [(p.block_id, p.evicted_hash) for p in step.evictions() if p.evicted_hash is not None]
 
 
 def touched_ids(step: Step) -> list[int]:

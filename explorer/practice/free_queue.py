@@ -8,7 +8,7 @@ import random
 from explorer.numbers import counted
 from explorer.practice.builder import ScenarioBuilder, finish_question, ids_text, snapshot_after, token_run
 from explorer.practice.question import Question
-from explorer.scenario.records import AdmissionCheck, Freed, Popped, Touched
+from explorer.scenario.records import AdmissionCheck, Freed, Touched
 from explorer.scenario.trace import Step, Trace
 
 
@@ -71,7 +71,7 @@ def _explain_evicted(trace: Trace, step: Step) -> tuple[str, ...]:
 
 def _evicted(step: Step) -> list[int]:
     """The blocks the step popped while they still held a hash, in pop order."""
-    return [p.block_id for p in step.of(Popped) if p.evicted_hash is not None]
+    return [p.block_id for p in step.evictions()]
 
 
 def q_next_evicted(seed: int) -> Question:

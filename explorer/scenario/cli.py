@@ -36,7 +36,6 @@ from explorer.scenario.records import (
     GroupLookup,
     HashedBlock,
     Lookup,
-    Popped,
     Retention,
     SkippedFreed,
     record_to_json,
@@ -107,7 +106,7 @@ def describe_step(step: Step, block_size: int) -> str:
         parts.append(f"{counted(len(hashed), 'new block hash', 'new block hashes')}")
     if step.new_block_ids:
         parts.append(f"new blocks {id_ranges(step.new_block_ids)}")
-    evicted = [p.block_id for p in step.of(Popped) if p.evicted_hash is not None]
+    evicted = [p.block_id for p in step.evictions()]
     if evicted:
         parts.append(f"evicted {id_ranges(evicted)}")
     cached = step.of(CachedBlock)

@@ -17,7 +17,7 @@ from explorer.core.events import KVCacheEvent, event_to_json
 from explorer.core.sched.output import EngineCoreOutputs
 from explorer.miss.reasons import Miss
 from explorer.scenario.connector_reports import ConnectorReport
-from explorer.scenario.records import Record
+from explorer.scenario.records import Popped, Record
 from explorer.scenario.spec import Op, Scenario
 
 R = TypeVar("R", bound=Record)
@@ -127,6 +127,11 @@ class Step:
     def first(self, kind: type[R]) -> R | None:
         """The first record of a kind, or None (an admit's own admission check is its first)."""
         return next((r for r in self.records if isinstance(r, kind)), None)
+
+    def evictions(self) -> tuple[Popped, ...]:
+        """The pops of blocks that still held a hash (an eviction each: the hash is lost, one
+        BlockRemoved), in pop order."""
+        return tuple(r for r in self.records if isinstance(r, Popped) and r.evicted_hash is not None)
 
     def last(self, kind: type[R]) -> R | None:
         """The last record of a kind, or None. The lookup the panels draw is the op's last

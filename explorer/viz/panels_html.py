@@ -193,7 +193,7 @@ def allocate_html(step: Step, before: Snapshot, after: Snapshot, changed: set[in
             + "</div>"
         )
     if step.new_block_ids:
-        evicted = {p.block_id for p in step.of(Popped) if p.evicted_hash is not None}
+        evicted = {p.block_id for p in step.evictions()}
         chips = [
             snap_chip(
                 after,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from explorer.scenario.ops import Abort, EngineArrive, Reset
-from explorer.scenario.records import AdmissionCheck, CachedBlock, Freed, HashedBlock, Lookup, Popped, Touched
+from explorer.scenario.records import AdmissionCheck, CachedBlock, Freed, HashedBlock, Lookup, Touched
 from explorer.scenario.trace import Step, Trace
 from explorer.view.explain import step as manager_step
 from explorer.view.explain.records import PANEL_TITLES, Now, Panel, panels_in_order
@@ -255,7 +255,7 @@ def _free_panel(trace: Trace, k: int) -> Panel | None:
 
 def _eviction_panel(trace: Trace, k: int) -> Panel | None:
     step = trace.steps[k - 1]
-    evicted = sum(p.evicted_hash is not None for p in step.of(Popped))
+    evicted = len(step.evictions())
     if not evicted:
         return None
     s = (f"{blocks_text(evicted)} popped while still cached lost their hash (one BlockRemoved per hash).",)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from explorer.scenario.ops import Admit, Reset
-from explorer.scenario.records import AdmissionCheck, CacheCall, CachedBlock, Freed, Lookup, Popped, Touched
+from explorer.scenario.records import AdmissionCheck, CacheCall, CachedBlock, Freed, Lookup, Touched
 from explorer.scenario.trace import Trace
 from explorer.view.explain.records import PANEL_TITLES, Panel
 from explorer.view.explain.refs import REFS
@@ -77,7 +77,7 @@ def allocate_panel(trace: Trace, k: int) -> Panel | None:
             + "."
         )
     if new_ids:
-        ev = sum(p.evicted_hash is not None for p in step.of(Popped))
+        ev = len(step.evictions())
         s.append(
             f"Only then does get_new_blocks pop {counted(len(new_ids), 'block')} from the head of the free queue: {ids_text(new_ids)}"
             + (f"; {ev} of them still had a hash and lost it (panel 6)." if ev else ".")
@@ -213,7 +213,7 @@ def eviction_panel(trace: Trace, k: int) -> Panel | None:
                 f"With running = true the running requests were preempted first, the last to start first: {', '.join(step.preempted)}.",
             )
         return Panel("eviction", 6, PANEL_TITLES["eviction"], refs, tuple(s), summary)
-    evicted = [p for p in step.of(Popped) if p.evicted_hash is not None]
+    evicted = step.evictions()
     if not evicted:
         return None
     still = {h for h, _ in trace.snapshot_at(k).cached}
