@@ -157,10 +157,13 @@ def engine_from(checkpoint: Checkpoint) -> Any:
 class States:
     """The state after each step of one recorded replay, from its checkpoints (thread-safe)."""
 
-    def __init__(self, ops: tuple[Op, ...], fresh: Callable[[], Replayable], checkpoints: list[Checkpoint]) -> None:
+    def __init__(
+        self, ops: tuple[Op, ...], fresh: Callable[[], Replayable], checkpoints: list[Checkpoint], final: Snapshot
+    ) -> None:
         self.ops = ops
         self._fresh = fresh  # a new engine before the first op
         self._checkpoints = checkpoints  # by step, ascending
+        self._final = final  # the state after the last op, which the first replay took
         self._lock = threading.Lock()
         self._engine: Replayable | None = None
         self._at = -1  # the cursor engine's step
@@ -178,13 +181,25 @@ class States:
             snap = self._kept.get(k)
             if snap is not None:
                 return snap
+            if k == len(self.ops):  # the end of a walk: the cursor's engine is not needed again
+                if self._at == k - 1 and k - 1 in self._kept:
+                    self._kept = {k - 1: self._kept[k - 1]}
+                else:
+                    self._kept = {}
+                self._kept[k] = self._final
+                self._engine, self._at = None, -1
+                return self._final
             base = max((c for c in self._checkpoints if c.step <= k), key=lambda c: c.step, default=None)
             start = 0 if base is None else base.step
-            if self._engine is None or not start <= self._at <= k:
+            # Go on from the cursor when it is at or before k and no further behind than the
+            # checkpoint's spacing (a walk reaching a checkpoint steps on rather than copying).
+            near = self._engine is not None and self._at <= k and (self._at >= start or k - self._at <= MIN_SPACING)
+            if not near:
                 self._engine = self._fresh() if base is None else engine_from(base)
                 self._at = start
                 self._kept = {}
             engine = self._engine
+            assert engine is not None
             while self._at < k:
                 self.drive(engine, self.ops[self._at])
                 self._at += 1
@@ -239,16 +254,23 @@ def run_ops(engine: Engine, ops: tuple[Op, ...], catch: type[Exception] | None =
             if i % spacing == 0 and i < len(ops):
                 checkpoints.append(take_checkpoint(engine, i, lists))
     states = None
+    final = engine.snapshot()
     if record:
         ctx, scenario, kind = engine.ctx, engine.scenario, type(engine)
         seed = None if ctx is None else ctx.hash_seed
         ran = ops[: len(steps)]
-        states = States(ran, lambda: kind(scenario, seed, record=False), [c for c in checkpoints if c.step < len(ran)])
-    return trace_of(engine, initial, steps, states, tuple(stats)), error
+        kept = [c for c in checkpoints if c.step < len(ran)]
+        states = States(ran, lambda: kind(scenario, seed, record=False), kept, final)
+    return trace_of(engine, initial, steps, states, tuple(stats), final), error
 
 
 def trace_of(
-    engine: Engine, initial: Snapshot, steps: list[Step], states: States | None, stats: tuple[StepStats, ...] = ()
+    engine: Engine,
+    initial: Snapshot,
+    steps: list[Step],
+    states: States | None,
+    stats: tuple[StepStats, ...] = (),
+    final: Snapshot | None = None,
 ) -> Trace:
     """The Trace of the steps ``engine`` applied: its final state, and with ``states`` (a
     recorded replay) every step's."""
@@ -260,7 +282,7 @@ def trace_of(
         initial=initial,
         steps=tuple(steps),
         reset_ok=tuple(engine.reset_ok),
-        final_snapshot=engine.snapshot(),
+        final_snapshot=engine.snapshot() if final is None else final,
         states=states,
         stats=stats,
     )

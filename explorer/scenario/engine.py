@@ -3,10 +3,11 @@
 `ScenarioEngine` turns each op of design section 3 into the manager-level calls of
 `RequestSteps` (explorer/request_steps.py), the one place outside the scheduler that makes them in vLLM's
 scheduler order. An engine-step scenario (design section 7) is replayed by engine_steps.py. With ``record=True`` a `StepRecorder` observes the core and keeps what it
-reports for the panels, and every step keeps a snapshot of the pool; with ``record=False``
-(tools, `run --json`, benchmarks) there is no observer and only the steps that carry an
-`expect`, plus the final state, are snapshotted. The web app never mutates an engine: it
-replays to step k and renders that snapshot.
+reports for the panels, and the replay keeps checkpoints from which `Trace.snapshot_at(k)`
+gives the state after any step (checkpoints.py); with ``record=False`` (tools, `run --json`,
+benchmarks) there is no observer and only the final state is kept (a step with an `expect` is
+compared with the state after it as the replay runs). The web app never mutates the replay's
+engine: it reads the state after step k and renders it.
 """
 
 from __future__ import annotations

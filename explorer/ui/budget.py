@@ -1,10 +1,11 @@
 """A browser session's memory budget: what a replay will hold, estimated before it runs, and the
 session's cache of replays kept within the budget (no Streamlit here).
 
-A recorded replay keeps a snapshot after every step: each block's (ref_cnt, hash), the free
-queue, the hash map and every live request's block table and block hashes. So its size is about
-(steps + 1) x blocks for the pool plus, per step, the blocks and hashes of the requests live
-then, plus the tokens themselves. `estimate_replay_bytes` walks the scenario's ops once (no
+A recorded replay used to keep a snapshot after every step: each block's (ref_cnt, hash), the
+free queue, the hash map and every live request's block table and block hashes. It now keeps
+a bounded number of checkpoints instead (explorer/scenario/checkpoints.py), so it holds less;
+the estimate still counts a snapshot per step, an upper bound: about (steps + 1) x blocks for
+the pool plus, per step, the blocks and hashes of the requests live then, plus the tokens. `estimate_replay_bytes` walks the scenario's ops once (no
 engine, no hashing) and adds those up with per-item costs measured on CPython 3.11 and rounded
 up (tests/ui/test_budget.py checks the estimate stays above what tracemalloc measures).
 """
