@@ -66,7 +66,9 @@ def engine_steps() -> list[Scenario]:
     steps = []
     for i in range(16):
         lo = (i % 4) * 50_000 + i * 7
-        steps += _steps(f"op='arrive'\nid='R{i}'\nprompt='{lo}:{lo + 400}'\noutput='{800_000 + i * 100}:{800_000 + i * 100 + 40}'")
+        steps += _steps(
+            f"op='arrive'\nid='R{i}'\nprompt='{lo}:{lo + 400}'\noutput='{800_000 + i * 100}:{800_000 + i * 100 + 40}'"
+        )
     steps += _steps(*["op='step'"] * 120)
     head = "[engine]\nblock_size = 16\nnum_blocks = 300\nscheduler = 'sync'\nmax_num_batched_tokens = 256\nmax_num_seqs = 8"
     return [_toml(head, steps)]
