@@ -182,13 +182,16 @@ class States:
             if snap is not None:
                 return snap
             if k == len(self.ops):  # the end of a walk: the cursor's engine is not needed again
-                if self._at == k - 1 and k - 1 in self._kept:
+                snap = self._final
+                if self._engine is not None and self._at == k - 1 and k - 1 in self._kept:
+                    self.drive(self._engine, self.ops[k - 1])  # one op: a state sharing with k - 1's
+                    snap = self._engine.snapshot()
                     self._kept = {k - 1: self._kept[k - 1]}
                 else:
                     self._kept = {}
-                self._kept[k] = self._final
+                self._kept[k] = snap
                 self._engine, self._at = None, -1
-                return self._final
+                return snap
             base = max((c for c in self._checkpoints if c.step <= k), key=lambda c: c.step, default=None)
             start = 0 if base is None else base.step
             # Go on from the cursor when it is at or before k and no further behind than the
