@@ -41,52 +41,59 @@ def _toml(head: str, steps: list[str]) -> Scenario:
     return parse_scenario_text(head + "\n" + "\n".join(steps) + "\n", "<measure>")
 
 
+def _from_steps(engine: dict[str, int], steps: list[dict[str, str]]) -> Scenario:
+    lines = ["[engine]", *(f"{k} = {v}" for k, v in engine.items())]
+    for st in steps:
+        lines.append("[[steps]]")
+        lines.extend(f'{k} = "{v}"' for k, v in st.items())
+    return parse_scenario_text("\n".join(lines) + "\n", "<measure>")
+
+
 def long_prompts() -> list[Scenario]:
-    """2,000 blocks, 12 requests of 3,000 tokens: arrive, admit, finish each (36 steps)."""
+    """2,000 blocks, 12 requests of 3,000 tokens: arrive, admit, finish each (36 steps;
+    tests/ui/test_budget.py's pool-heavy scenario)."""
     steps = []
     for i in range(12):
-        lo = (i % 3) * 100_000  # every third shares a prefix
-        steps += _steps(f"op='arrive'\nid='R{i}'\nprompt='{lo}:{lo + 3000}'", f"op='admit'\nid='R{i}'")
-        steps += _steps(f"op='finish'\nid='R{i}'")
-    return [_toml("[engine]\nblock_size = 16\nnum_blocks = 2000", steps)]
+        p = f"{i * 10_000}:{i * 10_000 + 3_000}"
+        steps += [{"op": "arrive", "id": f"R{i}", "prompt": p}, {"op": "admit", "id": f"R{i}"}]
+        steps.append({"op": "finish", "id": f"R{i}"})
+    return [_from_steps({"block_size": 16, "num_blocks": 2_000}, steps)]
 
 
 def live_and_generated() -> list[Scenario]:
-    """2,000 blocks, 40 live requests of 600 tokens, then 300 generated tokens (10 generates of 30)."""
-    steps = []
-    for i in range(40):
-        steps += _steps(f"op='arrive'\nid='R{i}'\nprompt='{i * 10_000}:{i * 10_000 + 600}'", f"op='admit'\nid='R{i}'")
-    for i in range(10):
-        steps += _steps(f"op='generate'\nid='R{i}'\ntokens='{900_000 + i * 100}:{900_000 + i * 100 + 30}'")
-    return [_toml("[engine]\nblock_size = 16\nnum_blocks = 2000", steps)]
+    """2,000 blocks of 1 token, 40 live requests of 800 tokens, one admitted and 300 tokens
+    generated (42 steps; the requests-heavy scenario of tests/ui/test_budget.py)."""
+    steps = [{"op": "arrive", "id": f"W{i}", "prompt": f"{i * 5_000}:{i * 5_000 + 800}"} for i in range(40)]
+    steps += [{"op": "admit", "id": "W0"}, {"op": "generate", "id": "W0", "tokens": "900000:900300"}]
+    return [_from_steps({"block_size": 1, "num_blocks": 2_000}, steps)]
 
 
 def engine_steps() -> list[Scenario]:
-    """Engine steps: 16 requests, 136 steps (16 arrivals, 120 engine steps)."""
-    steps = []
+    """Engine steps: 16 requests, 136 steps (tests/ui/test_budget.py's engine-step scenario)."""
+    lines = ["[engine]", "block_size = 16", "num_blocks = 2000", "max_num_batched_tokens = 512", "max_num_seqs = 16"]
     for i in range(16):
-        lo = (i % 4) * 50_000 + i * 7
-        steps += _steps(
-            f"op='arrive'\nid='R{i}'\nprompt='{lo}:{lo + 400}'\noutput='{800_000 + i * 100}:{800_000 + i * 100 + 40}'"
-        )
-    steps += _steps(*["op='step'"] * 120)
-    head = "[engine]\nblock_size = 16\nnum_blocks = 300\nscheduler = 'sync'\nmax_num_batched_tokens = 256\nmax_num_seqs = 8"
-    return [_toml(head, steps)]
+        lines += ["[[steps]]", 'op = "arrive"', f'id = "S{i}"', f'prompt = "{i * 10_000}:{i * 10_000 + 1_500}"']
+        lines.append(f'output = "{900_000 + i * 1_000}:{900_000 + i * 1_000 + 200}"')
+    lines += ["[[steps]]", 'op = "step"'] * 120
+    return [parse_scenario_text("\n".join(lines) + "\n", "<measure>")]
 
 
 def hybrid_groups() -> list[Scenario]:
-    """Three hybrid groups (windows of 64 and 32, full attention), 30 steps."""
-    steps = []
-    for i in range(10):
-        lo = (i % 2) * 10_000
-        steps += _steps(f"op='arrive'\nid='R{i}'\nprompt='{lo}:{lo + 140 + i}'", f"op='admit'\nid='R{i}'")
-        steps += _steps(f"op='finish'\nid='R{i}'")
-    head = (
-        "[engine]\nnum_blocks = 120\nkv_cache_groups = [{ kind = 'sliding_window', sliding_window = 64 }, "
-        "{ kind = 'sliding_window', sliding_window = 32 }, { kind = 'full_attention' }]\n"
-        "prefix_cache_retention_interval = 'dense'"
+    """Three hybrid groups, 30 steps (tests/ui/test_budget.py's hybrid scenario)."""
+    groups = (
+        'kv_cache_groups = [{ kind = "full_attention" }, { kind = "sliding_window", sliding_window = 64 }, '
+        '{ kind = "sliding_window", sliding_window = 16, block_size = 32 }]\nprefix_cache_retention_interval = "dense"\n'
     )
-    return [_toml(head, steps)]
+    steps = [
+        {"op": "arrive", "id": f"H{i}", "prompt": f"0:600, {i * 5_000 + 10_000}:{i * 5_000 + 10_400}"}
+        for i in range(20)
+    ]
+    steps += [{"op": "admit", "id": f"H{i}"} for i in range(0, 20, 2)]
+    lines = ["[engine]", groups + "block_size = 16", "num_blocks = 2000"]
+    for st in steps:
+        lines.append("[[steps]]")
+        lines.extend(f'{k} = "{v}"' for k, v in st.items())
+    return [parse_scenario_text("\n".join(lines) + "\n", "<measure>")]
 
 
 def full_pool() -> list[Scenario]:
@@ -99,7 +106,14 @@ def full_pool() -> list[Scenario]:
 
 
 def many_live() -> list[Scenario]:
-    """200 live requests of 1,024 tokens on 8,000 blocks of 32 tokens (400 steps)."""
+    """200 live requests of 1,024 tokens on 8,000 blocks: 200 arrivals, none admitted (the
+    worst case for copies: every step's state shares the whole pool with the one before)."""
+    steps = [{"op": "arrive", "id": f"r{i}", "prompt": f"{i * 1024}:{(i + 1) * 1024}"} for i in range(200)]
+    return [_from_steps({"num_blocks": 8_000}, steps)]
+
+
+def many_live_admitted() -> list[Scenario]:
+    """200 live requests of 1,024 tokens on 8,000 blocks of 32 tokens, each admitted (400 steps)."""
     steps = []
     for i in range(200):
         steps += _steps(f"op='arrive'\nid='R{i}'\nprompt='{i * 10_000}:{i * 10_000 + 1024}'", f"op='admit'\nid='R{i}'")
@@ -118,6 +132,7 @@ CASES: dict[str, Callable[[], list[Scenario]]] = {
     "three hybrid groups, 30 steps": hybrid_groups,
     "a full 8,000-block pool, 120 steps": full_pool,
     "200 live requests of 1,024 tokens, 8,000 blocks": many_live,
+    "the same 200 requests admitted, blocks of 32 (400 steps)": many_live_admitted,
 }
 
 
