@@ -16,8 +16,9 @@ What a checkpoint shares instead of copying (copy.deepcopy with a prepared memo)
 its ops and the hasher (immutable); block hashes (bytes); and a request's lists, which a
 checkpoint keeps as a prefix of a list only this store ever extends (`_Prefix`): a request's
 token ids and block hashes only grow, so the checkpoints of one request share one list, and a
-list that did change is checked and kept afresh. The pool's blocks copy without recursing
-along the free list (KVCacheBlock.__deepcopy__).
+list that did change is checked and kept afresh. A checkpoint's blocks carry no free-list
+links (the queue is kept as its order, `_FreeOrder`), so a block that did not change since
+the previous checkpoint is shared with it; a copy links the queue again.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from explorer.core.kv_cache_utils import FreeKVCacheBlockQueue, KVCacheBlock
 from explorer.core.request import Request
-from explorer.scenario.ops import Op
+from explorer.scenario.ops import Arrival, Op
 from explorer.scenario.snapshot import Snapshots
 from explorer.scenario.spec import Scenario
 from explorer.scenario.trace import Snapshot, Step, StepStats, Trace
@@ -50,6 +52,7 @@ class Replayable(Protocol):
     scenario: Scenario
     snapshots: Snapshots
     recorder: Any
+    manager: Any
 
     def apply(self, op: Op) -> Step: ...
 
@@ -66,20 +69,51 @@ class Replayable(Protocol):
 class _Prefix:
     """A request's list as a checkpoint keeps it: the first ``n`` items of ``items``."""
 
-    items: list[Any]
+    items: list[Any] | tuple[Any, ...]  # a tuple: an arrival's prompt in the scenario
     n: int
+
+    def copy(self) -> list[Any]:
+        return list(self.items[: self.n])
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _FreeOrder:
+    """A checkpoint's free queue: its blocks, head to tail (a copy links them again)."""
+
+    blocks: tuple[KVCacheBlock, ...]
 
 
 class _Lists:
-    """The lists the checkpoints of one replay share, per request id. A list is only ever
-    extended here, so every `_Prefix` handed out stays what it was."""
+    """What the checkpoints of one replay share: the lists per request id (a list is only ever
+    extended here, so every `_Prefix` handed out stays what it was), and the blocks: a block no
+    op changed since the last checkpoint is the same object in both (a checkpoint's blocks
+    carry no free-list links and are never driven)."""
 
-    def __init__(self) -> None:
+    def __init__(self, ops: tuple[Op, ...] = ()) -> None:
         self._by_request: dict[str, list[list[Any]]] = {}
+        # the prompts of the scenario's arrivals, by request id: a request's prompt and, until
+        # it samples, all its tokens are a prefix of one
+        self._prompts: dict[str, list[tuple[int, ...]]] = {}
+        for op in ops:
+            if isinstance(op, Arrival):
+                self._prompts.setdefault(op.id, []).append(op.prompt)
+        self._blocks: dict[int, tuple[tuple[Any, ...], KVCacheBlock]] = {}
+
+    def block(self, b: KVCacheBlock) -> KVCacheBlock:
+        state = (b.ref_cnt, b.block_hash, b.block_hash_num_tokens, b.is_null)
+        seen = self._blocks.get(b.block_id)
+        if seen is not None and seen[0] == state:
+            return seen[1]
+        kept = copy.deepcopy(b, {})  # without links (KVCacheBlock.__deepcopy__)
+        self._blocks[b.block_id] = (state, kept)
+        return kept
 
     def prefix(self, request_id: str, live: list[Any]) -> _Prefix:
         kept = self._by_request.setdefault(request_id, [])
         n = len(live)
+        for prompt in self._prompts.get(request_id, ()):
+            if len(prompt) >= n and prompt[:n] == tuple(live):
+                return _Prefix(prompt, n)
         for items in kept:
             m = len(items)
             if m >= n and items[:n] == live:
@@ -114,6 +148,11 @@ class Checkpoint:
 def take_checkpoint(engine: Replayable, step: int, lists: _Lists) -> Checkpoint:
     engine.forget_step()
     memo = _shared(engine)
+    pool = engine.manager.block_pool
+    for b in pool.blocks:
+        memo[id(b)] = lists.block(b)
+    queue = pool.free_block_queue
+    memo[id(queue)] = _FreeOrder(tuple(memo[id(b)] for b in queue.get_all_free_blocks()))
     requests = []
     for r in engine.live_requests():
         t = object.__new__(Request)
@@ -136,6 +175,11 @@ def engine_from(checkpoint: Checkpoint) -> Any:
     """A live engine in the checkpoint's state (the checkpoint stays as it was)."""
     template = checkpoint.engine
     memo = _shared(template)
+    pool = template.manager.block_pool
+    for b in pool.blocks:
+        memo[id(b)] = copy.deepcopy(b, {})
+    order = pool.free_block_queue
+    memo[id(order)] = FreeKVCacheBlockQueue([memo[id(b)] for b in order.blocks])
     for t in checkpoint.requests:
         r = object.__new__(Request)
         memo[id(t)] = r
@@ -144,7 +188,7 @@ def engine_from(checkpoint: Checkpoint) -> Any:
             if isinstance(value, _Prefix):
                 live = memo.get(id(value))
                 if live is None:
-                    live = memo[id(value)] = value.items[: value.n]
+                    live = memo[id(value)] = value.copy()
                 state[name] = live
             else:
                 state[name] = copy.deepcopy(value, memo)
@@ -240,7 +284,7 @@ def run_ops(engine: Engine, ops: tuple[Op, ...], catch: type[Exception] | None =
     record = engine.recorder is not None
     initial = engine.snapshot()
     spacing = spacing_for(len(ops))
-    lists = _Lists()
+    lists = _Lists(ops)
     checkpoints: list[Checkpoint] = []
     stats = [engine.step_stats()] if record else []
     steps: list[Step] = []
