@@ -118,7 +118,7 @@ def test_when_hashed_duplicate_and_never_cached_last_block():
 
 def test_metrics_window_restarts_at_reset_but_totals_do_not():
     trace = _trace("10_metrics")
-    after_b = trace.steps[3].snapshot
+    after_b = trace.snapshot_at(4)
     assert after_b.window_requests == 2 and after_b.window_hit_rate == 96 / 200
     final = trace.final
     assert final.window_requests == 1 and final.window_hit_rate == 0.0

@@ -6,6 +6,7 @@ Line references are to vLLM 0.31.0.
 from __future__ import annotations
 
 import bisect
+import copy
 import hashlib
 import pickle
 from collections.abc import Callable, Iterable, Sequence
@@ -55,6 +56,16 @@ class KVCacheBlock:
     def __repr__(self) -> str:
         h = self._block_hash.hex()[:8] if self._block_hash else None
         return f"KVCacheBlock(id={self.block_id}, ref_cnt={self.ref_cnt}, hash={h})"
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> KVCacheBlock:
+        """A copy without its free-list links (the explorer's addition, for a replay's
+        checkpoints): the queue's own copy links its blocks again, so a copy never recurses
+        along a list of thousands of blocks. A hash is bytes, shared."""
+        new = KVCacheBlock(
+            self.block_id, self.ref_cnt, self._block_hash, None, None, self.is_null, self.block_hash_num_tokens
+        )
+        memo[id(self)] = new
+        return new
 
 
 class FreeKVCacheBlockQueue:
@@ -144,6 +155,22 @@ class FreeKVCacheBlockQueue:
         prev.next_free_block = first
         first.prev_free_block = prev
         self.num_free_blocks += len(blocks)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FreeKVCacheBlockQueue:
+        """The same queue over copies of its blocks (see KVCacheBlock.__deepcopy__), walked
+        once from sentinel to sentinel."""
+        chain: list[KVCacheBlock] = []
+        curr: KVCacheBlock | None = self.fake_free_list_head
+        while curr is not None:
+            chain.append(copy.deepcopy(curr, memo))
+            curr = curr.next_free_block
+        for a, b in zip(chain, chain[1:]):
+            a.next_free_block, b.prev_free_block = b, a
+        new = object.__new__(FreeKVCacheBlockQueue)
+        new.num_free_blocks = self.num_free_blocks
+        new.fake_free_list_head, new.fake_free_list_tail = chain[0], chain[-1]
+        memo[id(self)] = new
+        return new
 
     def get_all_free_blocks(self) -> list[KVCacheBlock]:
         """Every free block, head (next out) to tail."""

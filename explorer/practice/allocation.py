@@ -17,7 +17,7 @@ def _explain_cached(trace: Trace, step: Step) -> tuple[str, ...]:
     rid = step.op.id
     assert rid is not None  # admit, generate and decode name their request
     req_before = before.request(rid)
-    req_after = snapshot_after(step).request(rid)
+    req_after = snapshot_after(trace, step).request(rid)
     assert req_before is not None and req_after is not None
     out = []
     if step.hit_tokens:
@@ -106,7 +106,7 @@ def q_hashed_this_step(seed: int) -> Question:
         "Which block ids does the **pool** cache (give a hash and announce with BlockStored) in this step? "
         "Answer in the order they are cached; empty if none.",
         "ids",
-        lambda s: [c.block_id for c in s.of(CachedBlock)],
+        lambda _t, s: [c.block_id for c in s.of(CachedBlock)],
         _explain_cached,
         "05_when_hashed",
     )
@@ -175,7 +175,7 @@ def q_admission(seed: int) -> Question:
             "Is C admitted?",
             "Does allocate_slots admit **C**?",
             "bool",
-            lambda s: s.ok,
+            lambda _t, s: s.ok,
             _explain_admission,
             "04_touch_then_allocate",
         )

@@ -152,7 +152,7 @@ def _setup_lines(trace: Trace, upto: int, b: ScenarioBuilder) -> tuple[str, ...]
     bs = trace.scenario.engine.block_size
     lines = []
     for k, step in enumerate(trace.steps[:upto]):
-        line = describe_step(step, bs).strip()
+        line = describe_step(step, bs, trace.snapshot_at(k + 1)).strip()
         if step.op.op == "arrive":
             line += f" ({_arrival_facts(trace.scenario.raw_steps[k], k, b)})"
         lines.append(line)
@@ -205,7 +205,7 @@ def finish_question(
     title: str,
     question: str,
     fmt: str,
-    answer_of: Callable[[Step], Any],
+    answer_of: Callable[[Trace, Step], Any],
     explain: Explain,
     lesson: str | None,
     **extra: Any,
@@ -222,7 +222,7 @@ def finish_question(
         state=_state_lines(trace.snapshot_at(asked), b.bs),
         asked=_describe_op(scenario.raw_steps[asked], asked, b, trace.snapshot_at(asked)),
         answer_format=fmt,
-        answer=answer_of(step),
+        answer=answer_of(trace, step),
         explanation=explain(trace, step),
         scenario=scenario,
         step_index=asked,
@@ -231,10 +231,9 @@ def finish_question(
     )
 
 
-def snapshot_after(step: Step) -> Snapshot:
-    """The pool after a step: a practice replay records every step, so the snapshot is there."""
-    assert step.snapshot is not None
-    return step.snapshot
+def snapshot_after(trace: Trace, step: Step) -> Snapshot:
+    """The pool after a step of a practice replay (a recorded one)."""
+    return trace.snapshot_at(step.index + 1)
 
 
 def ids_text(ids: Sequence[int]) -> str:

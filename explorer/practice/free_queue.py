@@ -101,7 +101,7 @@ def q_next_evicted(seed: int) -> Question:
             "Which block loses its hash first when **P**'s new blocks are popped? "
             "Answer `none` if no cached block is evicted.",
             "block",
-            lambda s: next(iter(_evicted(s)), None),
+            lambda _t, s: next(iter(_evicted(s)), None),
             _explain_evicted,
             "06_free_order_lru",
         )
@@ -139,7 +139,7 @@ def _explain_free(trace: Trace, step: Step) -> tuple[str, ...]:
         f"Queue before: {ids_text(before.free_queue)}. The front blocks {ids_text(front)} are put before the head "
         f"in that order, the back blocks {ids_text(back)} after the tail in that order."
     )
-    out.append(f"Queue after: {ids_text(snapshot_after(step).free_queue)}.")
+    out.append(f"Queue after: {ids_text(snapshot_after(trace, step).free_queue)}.")
     return tuple(out)
 
 
@@ -167,7 +167,7 @@ def q_free_queue(seed: int) -> Question:
         "The free queue after X finishes",
         "What is the free queue after **X** finishes, head first?",
         "ids",
-        lambda s: list(snapshot_after(s).free_queue),
+        lambda t, s: list(snapshot_after(t, s).free_queue),
         _explain_free,
         "06_free_order_lru",
     )

@@ -130,7 +130,7 @@ def q_hit_length(seed: int) -> Question:
         "How many tokens does B hit?",
         "How many of **B**'s tokens does the prefix cache lookup hit (`hit_tokens`)?",
         "int",
-        lambda s: s.hit_tokens,
+        lambda _t, s: s.hit_tokens,
         _explain_hit(b, "B", "A", lambda: a_computed),
         "03_lookup_cap",
     )
@@ -171,7 +171,7 @@ def q_mistake(seed: int, name: str | None = None) -> Question:
         "A common mistake",
         "How many tokens does **B** hit? (The common mistake above gives a different number.)",
         "int",
-        lambda s: s.hit_tokens,
+        lambda _t, s: s.hit_tokens,
         _explain_hit(b, "B", "A", lambda: la),
         m.lesson,
         mistaken_answer=mistaken,

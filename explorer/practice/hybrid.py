@@ -80,7 +80,7 @@ def q_hybrid_hit(seed: int) -> Question:
         f"cache groups sharing one pool, with `prefix_cache_retention_interval = {retention!r}` (the window "
         f"group hashes {kept}). How many of **B**'s tokens does the lookup hit (`hit_tokens`)?",
         "int",
-        lambda s: s.hit_tokens,
+        lambda _t, s: s.hit_tokens,
         _explain("B", (None, window)),
         "16_sliding_window",
     )

@@ -114,6 +114,14 @@ class Question:
         trace = trace or replay(self.scenario)
         return trace.steps[self.step_index]
 
+    def asked_text(self) -> str:
+        """What the engine did in the asked step, as the command line's text form says it."""
+        from explorer.scenario.cli import describe_step
+
+        trace = replay(self.scenario)
+        k = self.step_index
+        return describe_step(trace.steps[k], self.scenario.engine.block_size, trace.snapshot_at(k + 1)).strip()
+
 
 def parse_answer(fmt: str, raw: Any) -> Any:
     """A typed answer from what the user entered; ValueError when it cannot be read."""

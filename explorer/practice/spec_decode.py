@@ -68,7 +68,7 @@ def q_eagle_hit(seed: int) -> Question:
         f"The engine runs EAGLE speculative decoding ({counted(k, 'draft')} a step). How many of "
         "**B**'s tokens does the prefix cache lookup hit (`hit_tokens`)?",
         "int",
-        lambda s: s.hit_tokens,
+        lambda _t, s: s.hit_tokens,
         _explain("B", bs),
         "17_speculative_decoding",
     )

@@ -92,7 +92,7 @@ def q_why_miss(seed: int) -> Question:
         f"B's lookup does not hit its **block {block}** (tokens {block * bs}-{min((block + 1) * bs, len(btoks)) - 1}). "
         "Why? Pick the reason the engine's record gives.",
         "reason",
-        lambda s: reason_of_block(s.miss, block, bs) if s.miss is not None else None,
+        lambda _t, s: reason_of_block(s.miss, block, bs) if s.miss is not None else None,
         _explain(block, bs),
         lesson,
         block=block,

@@ -42,7 +42,7 @@ from explorer.scenario.records import (
 )
 from explorer.scenario.spec import Scenario
 from explorer.scenario.spec_decode_text import spec_decode_words
-from explorer.scenario.trace import EngineStepRecord, Step, Trace
+from explorer.scenario.trace import EngineStepRecord, Snapshot, Step, Trace
 from explorer.scenario.vllm_diff import vllm_diff
 
 MAX_FAILURES_SHOWN = 100  # expect failures listed on stderr (a scenario may have 100,000)
@@ -65,8 +65,8 @@ def id_ranges(ids: Iterable[int]) -> str:
     return "[" + ", ".join(out) + "]"
 
 
-def describe_step(step: Step, block_size: int) -> str:
-    """One line per step: what happened, with the numbers."""
+def describe_step(step: Step, block_size: int, snap: Snapshot) -> str:
+    """One line per step: what happened, with the numbers (``snap``: the state after it)."""
     op = step.op
     who = f" {op.id}" if op.id is not None else ""
     # A later prefill chunk only continues: no lookup, no stats.
@@ -74,8 +74,6 @@ def describe_step(step: Step, block_size: int) -> str:
     name = "continue" if op.op == "admit" and lk is None else op.op
     head = f"{op.index + 1:>3}. {name}{who}"
     parts: list[str] = []
-    snap = step.snapshot
-    assert snap is not None, "the text form describes a recorded replay"
     if isinstance(op, Arrival):
         req = snap.request(op.id)
         n = req.num_tokens if req else len(op.prompt)
@@ -215,7 +213,7 @@ def render_text(trace: Trace) -> str:
         )
     else:
         lines.append("prefix caching off: no block hashes")
-    lines += [describe_step(s, bs) for s in trace.steps]
+    lines += [describe_step(s, bs, trace.snapshot_at(k)) for k, s in enumerate(trace.steps, start=1)]
     st = trace.final.stats
     rate = st["hits"] / st["queries"] if st["queries"] else 0.0
     lines.append(

@@ -3,10 +3,11 @@
 `ScenarioEngine` turns each op of design section 3 into the manager-level calls of
 `RequestSteps` (explorer/request_steps.py), the one place outside the scheduler that makes them in vLLM's
 scheduler order. An engine-step scenario (design section 7) is replayed by engine_steps.py. With ``record=True`` a `StepRecorder` observes the core and keeps what it
-reports for the panels, and every step keeps a snapshot of the pool; with ``record=False``
-(tools, `run --json`, benchmarks) there is no observer and only the steps that carry an
-`expect`, plus the final state, are snapshotted. The web app never mutates an engine: it
-replays to step k and renders that snapshot.
+reports for the panels, and the replay keeps checkpoints from which `Trace.snapshot_at(k)`
+gives the state after any step (checkpoints.py); with ``record=False`` (tools, `run --json`,
+benchmarks) there is no observer and only the final state is kept (a step with an `expect` is
+compared with the state after it as the replay runs). The web app never mutates the replay's
+engine: it reads the state after step k and renders it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from explorer.miss.reasons import MissTracker
 from explorer.miss.tee import observer_of
 from explorer.request_steps import RequestSteps
 from explorer.scenario.budget import check_replay_budget
+from explorer.scenario.checkpoints import States, run_ops, trace_of
 from explorer.scenario.engine_steps import EngineStepReplay, replay_engine_steps
 from explorer.scenario.ops import (
     Abort,
@@ -50,7 +52,7 @@ from explorer.scenario.recorder import (
 )
 from explorer.scenario.snapshot import Snapshots
 from explorer.scenario.spec import CLI_LIMITS, Limits, Scenario
-from explorer.scenario.trace import Snapshot, Step, Trace, with_expectations
+from explorer.scenario.trace import Snapshot, Step, StepStats, Trace, with_expectations
 
 
 class ScenarioEngine:
@@ -80,7 +82,7 @@ class ScenarioEngine:
         self.sched = RequestSteps(self.manager, 0 if spec is None else spec.num_lookahead_tokens)
         # Speculative decoding: request id -> drafts its last `decode` verifies, until `sample`.
         self.drafts: dict[str, int] = {}
-        self._snapshots = Snapshots(self.manager, GROUP_0, groups is not None)
+        self.snapshots = self.new_snapshots()
         self.requests: dict[str, Request] = {}  # live (not finished), in arrival order
         self.totals = PrefixCacheStats()
         self.window = CachingMetrics()
@@ -111,7 +113,6 @@ class ScenarioEngine:
             op=op,
             ok=out["ok"],
             events=events,
-            snapshot=self.snapshot() if self.record or op.expect else None,
             hit_tokens=out.get("hit_tokens"),
             new_block_ids=None if new_ids is None else tuple(new_ids),
             num_sampled=out.get("num_sampled"),
@@ -120,7 +121,7 @@ class ScenarioEngine:
             hybrid=out.get("hybrid"),
             miss=misses.get(op.id) if isinstance(op, Admit) else None,
         )
-        return with_expectations(step)
+        return with_expectations(step, self.snapshot() if op.expect else None)
 
     def _dispatch(self, op: Op, out: dict[str, Any]) -> None:
         match op:
@@ -281,22 +282,28 @@ class ScenarioEngine:
 
     # ---- state -----------------------------------------------------------------------------
 
-    def trace(self, initial: Snapshot, steps: list[Step]) -> Trace:
-        """The Trace of the steps this engine applied (a lean engine keeps its final state)."""
-        ctx = self.ctx
-        return Trace(
-            scenario=self.scenario,
-            hash_seed=None if ctx is None else ctx.hash_seed,
-            none_hash=None if ctx is None else bytes(ctx.none_hash),
-            initial=initial,
-            steps=tuple(steps),
-            reset_ok=tuple(self.reset_ok),
-            final_snapshot=None if self.record else self.snapshot(),
-        )
+    def trace(self, initial: Snapshot, steps: list[Step], states: States | None = None) -> Trace:
+        """The Trace of the steps this engine applied, with its final state and (recorded) the
+        checkpoints that give every step's state."""
+        return trace_of(self, initial, steps, states)
 
     def snapshot(self) -> Snapshot:
         """The pool and the live requests now (sharing what did not change since the last one)."""
-        return self._snapshots.take(self.requests.values(), self.totals.as_dict(), self.window)
+        return self.snapshots.take(self.requests.values(), self.totals.as_dict(), self.window)
+
+    def step_stats(self) -> StepStats:
+        return StepStats(self.totals.as_dict(), self.window.hit_rate, self.window.aggregated_requests)
+
+    def new_snapshots(self) -> Snapshots:
+        return Snapshots(self.manager, GROUP_0, self.scenario.groups is not None)
+
+    def live_requests(self) -> list[Request]:
+        return list(self.requests.values())
+
+    def forget_step(self) -> None:
+        """Drop what the last op recorded (kept in its Step already), before a checkpoint."""
+        if self.recorder is not None:
+            self.recorder.clear()
 
 
 def engine_for(
@@ -328,7 +335,5 @@ def replay(
     if scenario.sched is not None:
         return replay_engine_steps(scenario, hash_seed, upto, record)
     engine = ScenarioEngine(scenario, hash_seed, record=record)
-    initial = engine.snapshot()
     ops = scenario.ops if upto is None else scenario.ops[:upto]
-    steps = [engine.apply(op) for op in ops]
-    return engine.trace(initial, steps)
+    return run_ops(engine, ops)[0]

@@ -26,6 +26,7 @@ from explorer.core.sched.kv_connector.static import StaticConnector
 from explorer.core.sched.output import EngineCoreOutputs, KVEventCollector
 from explorer.miss.reasons import MissTracker
 from explorer.miss.tee import observer_of
+from explorer.scenario.checkpoints import States, run_ops, trace_of
 from explorer.scenario.connector import held, make_connector
 from explorer.scenario.connector_reports import (
     ConnectorLoaded,
@@ -65,7 +66,7 @@ from explorer.scenario.recorder import (
 )
 from explorer.scenario.snapshot import Snapshots
 from explorer.scenario.spec import Scenario
-from explorer.scenario.trace import EngineStepRecord, Scheduled, Snapshot, Step, Trace, with_expectations
+from explorer.scenario.trace import EngineStepRecord, Scheduled, Snapshot, Step, StepStats, Trace, with_expectations
 
 
 class SchedRecorder(StepRecorder):
@@ -173,7 +174,7 @@ class EngineStepReplay:
         self.connector, worker = make_connector(scenario.connector, cfg, scenario.release)
         self.engine_core = make_engine_core(self.manager, config, self.publisher, self.connector, worker)
         self.external_totals = PrefixCacheStats()  # the connector's, summed likewise
-        self._snapshots = Snapshots(self.manager, GROUP_0, groups is not None)
+        self.snapshots = self.new_snapshots()
         self.scheduler = self.engine_core.scheduler
         self.arrived: set[str] = set()
         self.totals = PrefixCacheStats()  # summed over the SchedulerStats of every update
@@ -210,14 +211,13 @@ class EngineStepReplay:
             op=op,
             ok=out["ok"],
             events=out.get("events", ()),
-            snapshot=self.snapshot() if self.record or op.expect else None,
             records=() if self.recorder is None else self.recorder.records(),
             preempted=tuple(out.get("preempted", ())),
             engine_step=out.get("engine_step"),
             hybrid=out.get("hybrid"),
             misses=self.misses.take(),
         )
-        return with_expectations(step)
+        return with_expectations(step, self.snapshot() if op.expect else None)
 
     def _fail(self, op: OpBase, field_name: str, msg: str) -> StepError:
         return StepError(f"{self.scenario.source}: {op.label}: {field_name}: {msg}")
@@ -241,9 +241,10 @@ class EngineStepReplay:
             self.recorder.add(hashed_since(req, 0, self.scenario.hash_block_size))
 
     def _op_step(self, out: dict[str, Any]) -> None:
-        num_batches = len(self.publisher.batches)
+        self.publisher.batches.clear()  # only this step's batches: a checkpoint copies no older one
         result: EngineStep = self.engine_core.step_fn()
-        out["events"] = tuple(e for b in self.publisher.batches[num_batches:] for e in b.events)
+        out["events"] = tuple(e for b in self.publisher.batches for e in b.events)
+        self.publisher.batches.clear()
         scheduled = result.scheduler_output
         outs = result.engine_core_outputs
         step_stats = None
@@ -311,19 +312,24 @@ class EngineStepReplay:
             if cpu_tier == self._cpu_tier:  # unchanged: the snapshots share one tuple
                 cpu_tier = self._cpu_tier
             self._cpu_tier = cpu_tier
-        return self._snapshots.take(self.scheduler.requests.values(), self.stats_so_far(), self.window, cpu_tier)
+        return self.snapshots.take(self.scheduler.requests.values(), self.stats_so_far(), self.window, cpu_tier)
 
-    def trace(self, initial: Snapshot, steps: list[Step]) -> Trace:
-        ctx = self.ctx
-        return Trace(
-            scenario=self.scenario,
-            hash_seed=None if ctx is None else ctx.hash_seed,
-            none_hash=None if ctx is None else bytes(ctx.none_hash),
-            initial=initial,
-            steps=tuple(steps),
-            reset_ok=tuple(self.reset_ok),
-            final_snapshot=None if self.record else self.snapshot(),
-        )
+    def step_stats(self) -> StepStats:
+        return StepStats(self.stats_so_far(), self.window.hit_rate, self.window.aggregated_requests)
+
+    def new_snapshots(self) -> Snapshots:
+        return Snapshots(self.manager, GROUP_0, self.scenario.groups is not None)
+
+    def live_requests(self) -> list[Request]:
+        return list(self.scheduler.requests.values())
+
+    def forget_step(self) -> None:
+        """Drop what the last op recorded (kept in its Step already), before a checkpoint."""
+        if self.recorder is not None:
+            self.recorder.clear()
+
+    def trace(self, initial: Snapshot, steps: list[Step], states: States | None = None) -> Trace:
+        return trace_of(self, initial, steps, states)
 
 
 def replay_engine_steps(
@@ -331,6 +337,5 @@ def replay_engine_steps(
 ) -> Trace:
     """`replay` for an engine-step scenario (see explorer.scenario.engine.replay)."""
     engine = EngineStepReplay(scenario, hash_seed, record=record)
-    initial = engine.snapshot()
     ops = scenario.ops if upto is None else scenario.ops[:upto]
-    return engine.trace(initial, [engine.apply(op) for op in ops])
+    return run_ops(engine, ops)[0]

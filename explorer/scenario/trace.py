@@ -1,17 +1,19 @@
-"""What a replay keeps: frozen steps with the core's reports, snapshots and the replay JSON.
+"""What a replay keeps: frozen steps with the core's reports, the states and the replay JSON.
 
 A `Step` holds what one op did as the core reported it (kv_cache_observer.py): its typed
 records (records.py: the lookup and its probes, the admission checks, the touched, popped,
 cached and freed blocks...) in one tuple in report order, which a panel selects by kind with
 `Step.of`. Nothing here works out what the engine would do; it only stores what it was told.
+A step keeps no snapshot: `Trace.snapshot_at(k)` gives the state after step k from the
+replay's checkpoints (checkpoints.py).
 `Trace.to_json()` is the replay JSON of design section 5, which holds none of the records.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, TypeVar
 
 from explorer.core.events import KVCacheEvent, event_to_json
 from explorer.core.sched.output import EngineCoreOutputs
@@ -104,7 +106,6 @@ class Step:
     op: Op
     ok: bool
     events: tuple[KVCacheEvent, ...]
-    snapshot: Snapshot | None  # None in a lean replay (record=False), unless the step has `expect`
     hit_tokens: int | None = None  # admit only
     new_block_ids: tuple[int, ...] | None = None  # admit, decode, generate
     num_sampled: int | None = None  # sample, generate: tokens appended (a failed generate stops early)
@@ -166,6 +167,22 @@ class Step:
         return d
 
 
+class StateSource(Protocol):
+    """Where a recorded replay's states come from (checkpoints.States)."""
+
+    def at(self, k: int) -> Snapshot: ...
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """The prefix-cache stats after a step, as its snapshot holds them (kept for every step of a
+    recorded replay: the hit-rate chart reads them all at each step)."""
+
+    stats: Mapping[str, int]
+    window_hit_rate: float
+    window_requests: int
+
+
 @dataclass(frozen=True)
 class Trace:
     scenario: Scenario
@@ -174,27 +191,39 @@ class Trace:
     initial: Snapshot
     steps: tuple[Step, ...]
     reset_ok: tuple[bool, ...]
-    # The state after the last step; a lean replay (record=False) keeps only this one.
+    # The state after the last step.
     final_snapshot: Snapshot | None = None
+    # A recorded replay's states (checkpoints.py); None in a lean replay (record=False).
+    states: StateSource | None = field(default=None, compare=False, repr=False)
+    # A recorded replay's stats after each step (0 = before the first).
+    stats: tuple[StepStats, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def final(self) -> Snapshot:
         if self.final_snapshot is not None:
             return self.final_snapshot
-        snap = self.steps[-1].snapshot if self.steps else self.initial
-        assert snap is not None
-        return snap
+        return self.snapshot_at(len(self.steps))
 
     @property
     def expect_failures(self) -> list[str]:
         return [f for s in self.steps for f in s.expect_failures]
 
     def snapshot_at(self, k: int) -> Snapshot:
-        """The state after k steps (k = 0: before the first)."""
-        snap = self.initial if k == 0 else self.steps[k - 1].snapshot
-        if snap is None:
+        """The state after k steps (k = 0: before the first), from the replay's checkpoints."""
+        if k == 0:
+            return self.initial
+        if self.states is None:
+            if k == len(self.steps) and self.final_snapshot is not None:
+                return self.final_snapshot
             raise ValueError("a lean replay (record=False) keeps no per-step snapshots")
-        return snap
+        return self.states.at(k)
+
+    def stats_at(self, k: int) -> StepStats:
+        """The stats after k steps, without the state (every step's are kept)."""
+        if self.stats:
+            return self.stats[k]
+        snap = self.snapshot_at(k)
+        return StepStats(snap.stats, snap.window_hit_rate, snap.window_requests)
 
     def to_json(self) -> dict[str, Any]:
         """The replay JSON of design section 5."""
@@ -239,12 +268,12 @@ class Trace:
         return out
 
 
-def with_expectations(step: Step) -> Step:
-    """Compare the step's `expect` table; failures are recorded, the replay goes on."""
+def with_expectations(step: Step, snap: Snapshot | None) -> Step:
+    """Compare the step's `expect` table with the step and the state after it (``snap``, given
+    when the step has an `expect`); failures are recorded, the replay goes on."""
     if not step.op.expect:
         return step
-    snap = step.snapshot
-    assert snap is not None, "a step with `expect` keeps its snapshot"
+    assert snap is not None, "a step with `expect` is compared with the state after it"
     actual: dict[str, Any] = {
         "ok": step.ok,
         "hit_tokens": step.hit_tokens,

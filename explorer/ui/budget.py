@@ -1,10 +1,12 @@
 """A browser session's memory budget: what a replay will hold, estimated before it runs, and the
 session's cache of replays kept within the budget (no Streamlit here).
 
-A recorded replay keeps a snapshot after every step: each block's (ref_cnt, hash), the free
-queue, the hash map and every live request's block table and block hashes. So its size is about
-(steps + 1) x blocks for the pool plus, per step, the blocks and hashes of the requests live
-then, plus the tokens themselves. `estimate_replay_bytes` walks the scenario's ops once (no
+A recorded replay used to keep a snapshot after every step: each block's (ref_cnt, hash), the
+free queue, the hash map and every live request's block table and block hashes. It now keeps
+a bounded number of checkpoints instead (explorer/scenario/checkpoints.py), so it holds less;
+the estimate counts the pool once per checkpoint and per state held beside them, and still
+counts every step's live requests' blocks and hashes as if snapshotted (an upper bound), plus
+the tokens. `estimate_replay_bytes` walks the scenario's ops once (no
 engine, no hashing) and adds those up with per-item costs measured on CPython 3.11 and rounded
 up (tests/ui/test_budget.py checks the estimate stays above what tracemalloc measures).
 """
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from explorer.errors import BadInput
+from explorer.scenario.checkpoints import spacing_for
 from explorer.scenario.ops import Arrival, Arrive, EngineArrive, Generate, Op, Sample
 from explorer.scenario.spec import Scenario
 from explorer.ui.timings import trim_after_s
@@ -34,6 +37,7 @@ PER_REQUEST_BLOCK_SNAPSHOT = 24  # one block id and one block hash of a live req
 PER_REQUEST_SNAPSHOT = 400  # a live request's view in one snapshot
 PER_STEP = 4_000  # a step's records (panels, events) beside its snapshot
 PER_TOKEN = 120  # a token: its id in the scenario, in events, in the request and its hashes
+POOLS_BESIDE_CHECKPOINTS = 5  # the initial and final states, the cursor's engine and its two states
 # A character of a request's labels (its id, LoRA name and path, cache salt, image ids) as the
 # pages draw it: the text, its escaped HTML, the message to the browser; per block it labels,
 # per step the request is live. And the longest label the web app takes at all: a page draws a
@@ -109,7 +113,10 @@ def estimate_replay_bytes(scenario: Scenario) -> int:
         request_cost += live_blocks * per_block + len(live) * PER_REQUEST_SNAPSHOT
         request_cost += label_total * PER_LABEL_CHAR
     steps = len(scenario.ops)
-    pool = (steps + 1) * eng.num_blocks * PER_BLOCK_SNAPSHOT
+    # The pool is held whole by each checkpoint, the initial and final states, and once the
+    # states are read back the cursor's engine and its last two states.
+    pools = min(steps + 1, steps // spacing_for(steps) + POOLS_BESIDE_CHECKPOINTS)
+    pool = pools * eng.num_blocks * PER_BLOCK_SNAPSHOT
     return pool + request_cost + steps * PER_STEP + tokens * PER_TOKEN + text_chars * PER_LABEL_CHAR
 
 

@@ -336,19 +336,11 @@ class Replayed:
 def replay_until_error(scenario: Scenario) -> Replayed:
     """Replay every step; a step that cannot run (bad input for the engine's state) ends the
     replay there, and the steps before it are kept so the page can still show them."""
+    from explorer.scenario.checkpoints import run_ops
     from explorer.scenario.engine import engine_for
 
-    engine = engine_for(scenario)
-    initial = engine.snapshot()
-    steps = []
-    error = None
-    for op in scenario.ops:
-        try:
-            steps.append(engine.apply(op))
-        except BadInput as e:
-            error = str(e)
-            break
-    return Replayed(engine.trace(initial, steps), error)
+    trace, error = run_ops(engine_for(scenario), scenario.ops, catch=BadInput)
+    return Replayed(trace, error)
 
 
 def build(view: ViewState) -> tuple[Scenario, Replayed]:

@@ -45,17 +45,19 @@ def _holders(snap: Snapshot, block_id: int) -> dict[str, int]:
     return out
 
 
+def holders_of(snap: Snapshot) -> dict[int, dict[str, int]]:
+    """Block id -> request id -> the block's position in that request's table."""
+    by_block: dict[int, dict[str, int]] = {}
+    for r in snap.requests:
+        for pos, b in enumerate(r.block_ids):
+            by_block.setdefault(b, {}).setdefault(r.request_id, pos)
+    return by_block
+
+
 def holders_by_step(trace: Trace) -> list[dict[int, dict[str, int]]]:
-    """For each snapshot (0 = before the first step): block id -> request id -> the block's
-    position in that request's table; one pass, for the histories of many blocks."""
-    out: list[dict[int, dict[str, int]]] = []
-    for k in range(len(trace.steps) + 1):
-        by_block: dict[int, dict[str, int]] = {}
-        for r in trace.snapshot_at(k).requests:
-            for pos, b in enumerate(r.block_ids):
-                by_block.setdefault(b, {}).setdefault(r.request_id, pos)
-        out.append(by_block)
-    return out
+    """`holders_of` each state (0 = before the first step), in one pass, for the histories
+    of many blocks."""
+    return [holders_of(trace.snapshot_at(k)) for k in range(len(trace.steps) + 1)]
 
 
 class StepBlocks:
@@ -85,31 +87,40 @@ def block_history(
     holders_at: list[dict[int, dict[str, int]]] | None = None,
     changed_at: list[set[int]] | None = None,
     blocks_at: dict[int, StepBlocks] | None = None,
+    pairs_at: list[dict[int, tuple[int, bytes | None]]] | None = None,
 ) -> list[HistoryEntry]:
     """Every step that changed the block, oldest first. For the histories of many blocks give
     ``holders_at`` (``holders_by_step(trace)``) and ``changed_at`` (``changed_blocks(trace, k)``
     for every k): a step that did not change the block nor its holders is then skipped unread;
-    and one ``blocks_at`` dict for all of them, which keeps each step's `StepBlocks` once made."""
+    one ``blocks_at`` dict for all of them, which keeps each step's `StepBlocks` once made; and
+    ``pairs_at``, each step's (ref_cnt, hash) of the blocks it changed: then no state is read
+    again (a state is a checkpoint driven forward, and every block's history would be a replay)."""
     if not 0 <= block_id < len(trace.initial.blocks):
         return []
     if blocks_at is None:
         blocks_at = {}
+    known = holders_at is not None and changed_at is not None and pairs_at is not None
 
-    def held(k: int, snap: Snapshot) -> dict[str, int]:
-        return dict(holders_at[k].get(block_id, {})) if holders_at is not None else _holders(snap, block_id)
+    def held(k: int) -> dict[str, int]:
+        if holders_at is not None:
+            return dict(holders_at[k].get(block_id, {}))
+        return _holders(trace.snapshot_at(k), block_id)
 
     out: list[HistoryEntry] = []
-    prev = trace.initial
-    prev_holders = held(0, prev)
+    prev_pair = trace.initial.blocks[block_id]
+    prev_holders = held(0)
     for k, step in enumerate(trace.steps, start=1):
-        snap = trace.snapshot_at(k)
         unchanged = changed_at is not None and holders_at is not None and block_id not in changed_at[k]
         if unchanged and holders_at is not None and holders_at[k].get(block_id) == holders_at[k - 1].get(block_id):
-            prev, prev_holders = snap, held(k, snap)
+            prev_holders = held(k)  # and its (ref_cnt, hash) stays: the step did not change it
             continue
-        rc0, h0 = prev.blocks[block_id]
-        rc1, h1 = snap.blocks[block_id]
-        holders = held(k, snap)
+        if known and pairs_at is not None:
+            pair = pairs_at[k].get(block_id, prev_pair)
+        else:
+            pair = trace.snapshot_at(k).blocks[block_id]
+        rc0, h0 = prev_pair
+        rc1, h1 = pair
+        holders = held(k)
         op = step.op
         label = f"{op.op} {op.id}" if op.id is not None else op.op
         what: list[str] = []
@@ -147,5 +158,5 @@ def block_history(
             what.append(f"ref_cnt {rc0} -> {rc1}")
         if what:
             out.append(HistoryEntry(k, label, "; ".join(what)))
-        prev, prev_holders = snap, holders
+        prev_pair, prev_holders = pair, holders
     return out

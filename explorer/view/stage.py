@@ -19,7 +19,7 @@ from explorer.errors import BadInput
 from explorer.scenario.ops import Arrive
 from explorer.scenario.records import HashedBlock
 from explorer.scenario.trace import Trace
-from explorer.view.history import StepBlocks, block_history, changed_blocks, holders_by_step
+from explorer.view.history import StepBlocks, block_history, changed_blocks, holders_of
 from explorer.view.html import columns, trusted
 from explorer.view.stage_panels import now_html, phase_panels
 from explorer.view.stage_state import state_views
@@ -86,9 +86,14 @@ def build_steps(
     parts = _Parts()
     steps: list[list[int]] = []
     changed_at: list[set[int]] = []
-    for k in range(len(trace.steps) + 1):
+    holders: list[dict[int, dict[str, int]]] = []  # per step, for the block histories
+    pairs_at: list[dict[int, tuple[int, bytes | None]]] = []  # per step, the changed blocks' (ref_cnt, hash)
+    for k in range(len(trace.steps) + 1):  # in order: each state is read once, after the one before
         changed = changed_blocks(trace, k)
         changed_at.append(changed)
+        snap = trace.snapshot_at(k)
+        holders.append(holders_of(snap))
+        pairs_at.append({b: snap.blocks[b] for b in changed})
         now = now_html(trace, k, base_ops, off)
         panels = phase_panels(trace, k, changed, dict((texts or {}).get(k, {})))
         if presenter:
@@ -99,12 +104,11 @@ def build_steps(
         else:
             drawn = [now, *panels, *state_views(trace, k, changed, window)]
         steps.append([parts.add(p) for p in drawn])
-    holders = holders_by_step(trace)
     touched = sorted(set().union(*changed_at))
     histories = {}
     blocks_at: dict[int, StepBlocks] = {}  # each step's block records, indexed once for every block
     for b in touched:
-        histories[str(b)] = history_table(trace, b, holders, changed_at, blocks_at)
+        histories[str(b)] = history_table(trace, b, holders, changed_at, blocks_at, pairs_at)
         parts.count(len(histories[str(b)]))
     return StageSteps(parts.table, steps, histories, len(trace.initial.blocks))
 
@@ -127,10 +131,11 @@ def history_table(
     holders: list[dict[int, dict[str, int]]] | None = None,
     changed_at: list[set[int]] | None = None,
     blocks_at: dict[int, StepBlocks] | None = None,
+    pairs_at: list[dict[int, tuple[int, bytes | None]]] | None = None,
 ) -> str:
     """The block's history over the whole scenario; the browser greys the rows after the step it shows."""
     row = Markup('<tr data-px-step="%d"><td>%d</td><td>%s</td><td>%s</td></tr>')
-    entries = block_history(trace, block_id, holders, changed_at, blocks_at)
+    entries = block_history(trace, block_id, holders, changed_at, blocks_at, pairs_at)
     rows = [row % (e.step, e.step, e.label, e.text) for e in entries]
     if not rows:
         return '<div class="px-empty">Nothing has happened to this block in this scenario.</div>'

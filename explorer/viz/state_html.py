@@ -249,7 +249,7 @@ def hit_rate_svg(trace: Trace, k: int, width: int = 560, height: int = 170) -> s
     total: list[float | None] = []
     window: list[float | None] = []
     for i in range(min(max(k, 0), n) + 1):
-        s = trace.snapshot_at(i)
+        s = trace.stats_at(i)  # every step's, not its state: this reads all steps up to k
         q = s.stats["queries"]
         total.append(s.stats["hits"] / q if q else None)
         window.append(s.window_hit_rate if s.window_requests else None)

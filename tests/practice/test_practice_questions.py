@@ -21,14 +21,15 @@ SEEDS = range(25)
 def test_every_kind_generates_and_its_answer_is_the_replay(kind):
     for seed in SEEDS:
         q = generate(seed, kind)
-        step = replay(q.scenario).steps[q.step_index]
+        trace = replay(q.scenario)
+        step = trace.steps[q.step_index]
         truth = {
             "hit_length": step.hit_tokens,
             "mistake": step.hit_tokens,
             "eagle_hit": step.hit_tokens,
             "hybrid_hit": step.hit_tokens,
             "next_evicted": next((b for b, _ in evictions(step)), None),
-            "free_queue": list(step.snapshot.free_queue),
+            "free_queue": list(trace.snapshot_at(q.step_index + 1).free_queue),
             "hashed_this_step": [c.block_id for c in step.of(CachedBlock)],
             "admission": step.ok,
             # the connector's allocation for A, and the hashes this step's BlockStored events carry

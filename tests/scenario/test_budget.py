@@ -110,9 +110,10 @@ def test_engine_changes_are_checked_under_the_limits_given():
 
 def _actual_cells(trace, record: bool) -> int:
     """What the snapshots of a replay hold: the pool's blocks and each live request's blocks."""
-    snaps = [trace.initial] + [s.snapshot for s in trace.steps if s.snapshot is not None]
-    if not record:
-        snaps.append(trace.final)
+    if record:  # every step's state, as its readers see it
+        snaps = [trace.snapshot_at(k) for k in range(len(trace.steps) + 1)]
+    else:
+        snaps = [trace.initial, trace.final]
     return sum(len(s.blocks) + sum(max(len(r.block_ids), len(r.block_hashes)) + 1 for r in s.requests) for s in snaps)
 
 

@@ -111,8 +111,9 @@ any_raw = st.one_of(engine_step_raw(), manager_level_raw())
 
 
 def _snapshots(trace: Trace) -> list[Snapshot]:
-    snaps = [trace.initial] + [s.snapshot for s in trace.steps if s.snapshot is not None]
-    return snaps + ([trace.final_snapshot] if trace.final_snapshot is not None else [])
+    if trace.states is not None:  # a recorded replay: every step's state, as its readers see it
+        return [trace.snapshot_at(k) for k in range(len(trace.steps) + 1)]
+    return [trace.initial, trace.final]
 
 
 def held_cells(trace: Trace) -> int:

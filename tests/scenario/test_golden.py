@@ -54,7 +54,7 @@ def test_design_doc_differs_from_the_figures_where_documented():
     trace = _trace("design_doc")
     time5, time6, time7 = trace.steps[6], trace.steps[7], trace.steps[9]
     assert [f.to for f in time5.of(Freed)] == ["front", "back", "back", "held", "held"]
-    assert time6.snapshot.free_queue == (7, 5, 8, 9, 10, 4, 3, 6, 2, 1)
+    assert trace.snapshot_at(time6.index + 1).free_queue == (7, 5, 8, 9, 10, 4, 3, 6, 2, 1)
     assert evictions(time7) == []
 
 

@@ -160,7 +160,7 @@ def test_chunked_admit_then_continue_without_lookup() -> None:
     sc = parse_scenario_text(steps(ARRIVE_A, ADMIT_A + "\ntokens = 4", ADMIT_A))
     t = replay(sc)
     first, second = t.steps[1], t.steps[2]
-    assert first.new_block_ids == (1,) and first.snapshot.request("A").num_computed_tokens == 4
+    assert first.new_block_ids == (1,) and t.snapshot_at(2).request("A").num_computed_tokens == 4
     assert second.hit_tokens == 0 and second.last(Lookup) is None and second.new_block_ids == (2, 3)
     assert t.final.stats["requests"] == 1  # stats recorded once, at the first admission
 
@@ -178,7 +178,7 @@ def test_failed_admission_changes_nothing() -> None:
     )
     t = replay(sc)
     assert not t.expect_failures
-    assert t.steps[1].snapshot == t.steps[0].snapshot
+    assert t.snapshot_at(2) == t.snapshot_at(1)
 
 
 def test_id_reused_after_finish() -> None:
@@ -189,9 +189,10 @@ def test_id_reused_after_finish() -> None:
 def test_reset_running_preempts_in_reverse_order_of_becoming_running() -> None:
     b = 'op = "arrive"\nid = "B"\nprompt = "100:104"'
     sc = parse_scenario_text(steps(ARRIVE_A, b, 'op = "admit"\nid = "B"', ADMIT_A, 'op = "reset"\nrunning = true'))
-    last = replay(sc).steps[-1]
+    t = replay(sc)
+    last = t.steps[-1]
     assert last.preempted == ("A", "B") and last.ok
-    assert [r.status for r in last.snapshot.requests] == ["preempted", "preempted"]
+    assert [r.status for r in t.final.requests] == ["preempted", "preempted"]
 
 
 def test_caching_off_has_no_hashes_and_null_seed() -> None:

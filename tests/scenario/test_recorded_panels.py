@@ -49,7 +49,7 @@ def _check_steps_follow_their_pops(trace) -> int:
         for b, h in evictions(step):
             assert before.blocks[b][1] == h, f"step {k}: block {b} lost {h.hex()[:8]}, it held another hash"
         for c in step.of(CachedBlock):
-            assert step.snapshot is not None and step.snapshot.blocks[c.block_id][1] == c.hash
+            assert trace.snapshot_at(k).blocks[c.block_id][1] == c.hash
         checked += len(evicted)
     return checked
 

@@ -57,7 +57,8 @@ def test_rule_72_sync_table_with_drafts():
     assert steps[1].engine_step.outputs == {"R": (501, 502, 503)}
     assert [r.num_computed_tokens for r in steps[1].engine_step.batch] == [34]
     assert [sum(len(e.block_hashes) for e in s.events) for s in steps[:3]] == [1, 0, 1]
-    assert [r for r in steps[1].snapshot.requests if r.request_id == "R"][0].num_computed_tokens == 33
+    after = trace.snapshot_at(steps[1].index + 1)
+    assert [r for r in after.requests if r.request_id == "R"][0].num_computed_tokens == 33
 
 
 def test_a_speculative_scenario_writes_back_out_unchanged():

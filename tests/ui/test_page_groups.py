@@ -71,8 +71,8 @@ def test_group_html_escapes_request_ids_and_draws_engine_step_lookups():
     trace = replay(parse_scenario_text(text.replace('id = "C"', 'id = "<b>C</b>"')))
     specs = trace.scenario.groups.groups
     html = ""
-    for step in trace.steps:
+    for k, step in enumerate(trace.steps, start=1):
         html += "".join(lookup_html(lk, specs) for lk in step.of(GroupLookup)) + retention_html(step.of(Retention))
-        html += group_tables_html(step.snapshot, specs)
+        html += group_tables_html(trace.snapshot_at(k), specs)
     assert "<b>C</b>" not in html and "&lt;b&gt;C&lt;/b&gt;" in html
     assert 'data-px-group-hit="0:128"' in html and 'data-px-spb="128"' in html

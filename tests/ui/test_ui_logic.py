@@ -184,7 +184,7 @@ def test_html_escapes_user_strings():
         '[[steps]]\nop = "admit"\nid = "<img src=x onerror=alert(1)>"\n'
     )
     t = replay(sc)
-    snap = t.steps[1].snapshot
+    snap = t.snapshot_at(2)
     out = requests_html(snap, set()) + event_log_html(t, 2)
     assert "<img" not in out and "&lt;img" in out and "<b>x</b>" not in out
 

@@ -50,8 +50,11 @@ def test_the_shared_history_walk_is_the_single_blocks_walk(stem):
     trace = replay(load_scenario(ROOT / "lessons" / f"{stem}.toml"))
     holders = holders_by_step(trace)
     changed = [changed_blocks(trace, k) for k in range(len(trace.steps) + 1)]
+    pairs = [{b: trace.snapshot_at(k).blocks[b] for b in changed[k]} for k in range(len(trace.steps) + 1)]
     for b in range(len(trace.initial.blocks)):
-        assert block_history(trace, b, holders, changed) == block_history(trace, b)
+        alone = block_history(trace, b)
+        assert block_history(trace, b, holders, changed) == alone
+        assert block_history(trace, b, holders, changed, {}, pairs) == alone  # no state read again
 
 
 def test_the_histories_cover_every_block_a_step_changed_and_name_each_rows_step():

@@ -22,7 +22,6 @@ from explorer.practice.hits import q_mistake
 from explorer.practice.interview import FOLLOW_UPS, MISTAKES, MISTAKES_BY_NAME, RUBRIC
 from explorer.practice.question import KIND_LABELS, KINDS, MAX_SEED, Question, Score, format_answer
 from explorer.practice.why_miss import CHOICES as WHY_CHOICES
-from explorer.scenario.cli import describe_step
 from explorer.scenario.write import scenario_to_toml
 from explorer.ui import bound
 from explorer.ui.address import follow
@@ -182,9 +181,8 @@ def _reveal(q: Question, correct: bool, message: str) -> None:
         )
     st.markdown("**Why**")
     st.markdown("\n".join(f"- {line}" for line in q.explanation))
-    step = q.asked_step()
     st.markdown("**What the engine did in this step**")
-    st.code(describe_step(step, q.scenario.engine.block_size).strip(), language=None, wrap_lines=True)
+    st.code(q.asked_text(), language=None, wrap_lines=True)
     if q.lesson:
         st.page_link(
             LESSONS_PAGE,
@@ -235,7 +233,7 @@ def _interview() -> None:
             demo = q_mistake(0, m.name)
             st.markdown(f"{m.correction}")
             st.code(
-                "\n".join(demo.setup + (describe_step(demo.asked_step(), demo.scenario.engine.block_size).strip(),)),
+                "\n".join((*demo.setup, demo.asked_text())),
                 language=None,
                 wrap_lines=True,
             )
