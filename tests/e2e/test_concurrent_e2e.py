@@ -68,15 +68,23 @@ def _query(url: str) -> dict[str, str]:
 
 def _settle(page) -> tuple[int, dict[str, str]]:
     """Wait until the page is idle and its headline stays put: (its step, its address)."""
-    wait_idle(page)
-    last, same, deadline = None, 0, time.time() + 90
+    return _settle_all([page])[0]
+
+
+def _settle_all(pages) -> list[tuple[int, dict[str, str]]]:
+    """`_settle` for several pages at once: each idle, then every headline unchanged over four
+    looks a quarter of a second apart (one wait for all of them, not one per page)."""
+    for page in pages:
+        wait_idle(page)
+    last: list[str | None] = [None] * len(pages)
+    same, deadline = 0, time.time() + 90
     while same < 4 and time.time() < deadline:
-        page.wait_for_timeout(250)
-        text = page.locator(".px-now .px-headline").inner_text()
-        same = same + 1 if text == last else 0
-        last = text
-    assert last is not None
-    return int(last.split()[1]), _query(settled_url(page))
+        pages[0].wait_for_timeout(250)
+        texts = [page.locator(".px-now .px-headline").inner_text() for page in pages]
+        same = same + 1 if texts == last else 0
+        last = list(texts)
+    assert all(text is not None for text in last)
+    return [(int(str(text).split()[1]), _query(settled_url(page))) for text, page in zip(last, pages)]
 
 
 def _next(page) -> None:
@@ -99,8 +107,7 @@ def test_sessions_stepping_at_once_while_lagging_keep_their_view(px_browser, px_
             for _ in range(BURST):
                 for p in pages:
                     _next(p)
-            for i, p in enumerate(pages):
-                step, q = _settle(p)
+            for i, (step, q) in enumerate(_settle_all(pages)):
                 for key in ("lesson", "bs", "nb", "algo"):
                     assert q.get(key) == START[key], (r, i, q)
                 assert q.get("step") == str(step), (r, i, q, step)
