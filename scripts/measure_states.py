@@ -31,6 +31,7 @@ sys.path.insert(0, str(REPO))
 from explorer.scenario.engine import replay  # noqa: E402 (after the path it is found on)
 from explorer.scenario.parse import load_scenario, parse_scenario_text  # noqa: E402
 from explorer.scenario.spec import Scenario  # noqa: E402
+from tests.ui import test_budget as budget_scenarios  # noqa: E402 (the scenarios tests/ui/test_budget.py measures)
 
 
 def _steps(*ops: str) -> list[str]:
@@ -49,51 +50,29 @@ def _from_steps(engine: dict[str, int], steps: list[dict[str, str]]) -> Scenario
     return parse_scenario_text("\n".join(lines) + "\n", "<measure>")
 
 
+def _parsed(text: str) -> list[Scenario]:
+    return [parse_scenario_text(text, "<measure>")]
+
+
 def long_prompts() -> list[Scenario]:
-    """2,000 blocks, 12 requests of 3,000 tokens: arrive, admit, finish each (36 steps;
-    tests/ui/test_budget.py's pool-heavy scenario)."""
-    steps = []
-    for i in range(12):
-        p = f"{i * 10_000}:{i * 10_000 + 3_000}"
-        steps += [{"op": "arrive", "id": f"R{i}", "prompt": p}, {"op": "admit", "id": f"R{i}"}]
-        steps.append({"op": "finish", "id": f"R{i}"})
-    return [_from_steps({"block_size": 16, "num_blocks": 2_000}, steps)]
+    """2,000 blocks, 12 requests of 3,000 tokens: arrive, admit, finish each (36 steps)."""
+    return _parsed(budget_scenarios.pool_heavy())
 
 
 def live_and_generated() -> list[Scenario]:
     """2,000 blocks of 1 token, 40 live requests of 800 tokens, one admitted and 300 tokens
-    generated (42 steps; the requests-heavy scenario of tests/ui/test_budget.py)."""
-    steps = [{"op": "arrive", "id": f"W{i}", "prompt": f"{i * 5_000}:{i * 5_000 + 800}"} for i in range(40)]
-    steps += [{"op": "admit", "id": "W0"}, {"op": "generate", "id": "W0", "tokens": "900000:900300"}]
-    return [_from_steps({"block_size": 1, "num_blocks": 2_000}, steps)]
+    generated (42 steps)."""
+    return _parsed(budget_scenarios.requests_heavy())
 
 
 def engine_steps() -> list[Scenario]:
-    """Engine steps: 16 requests, 136 steps (tests/ui/test_budget.py's engine-step scenario)."""
-    lines = ["[engine]", "block_size = 16", "num_blocks = 2000", "max_num_batched_tokens = 512", "max_num_seqs = 16"]
-    for i in range(16):
-        lines += ["[[steps]]", 'op = "arrive"', f'id = "S{i}"', f'prompt = "{i * 10_000}:{i * 10_000 + 1_500}"']
-        lines.append(f'output = "{900_000 + i * 1_000}:{900_000 + i * 1_000 + 200}"')
-    lines += ["[[steps]]", 'op = "step"'] * 120
-    return [parse_scenario_text("\n".join(lines) + "\n", "<measure>")]
+    """Engine steps: 16 requests, 136 steps."""
+    return _parsed(budget_scenarios.engine_steps_heavy())
 
 
 def hybrid_groups() -> list[Scenario]:
-    """Three hybrid groups, 30 steps (tests/ui/test_budget.py's hybrid scenario)."""
-    groups = (
-        'kv_cache_groups = [{ kind = "full_attention" }, { kind = "sliding_window", sliding_window = 64 }, '
-        '{ kind = "sliding_window", sliding_window = 16, block_size = 32 }]\nprefix_cache_retention_interval = "dense"\n'
-    )
-    steps = [
-        {"op": "arrive", "id": f"H{i}", "prompt": f"0:600, {i * 5_000 + 10_000}:{i * 5_000 + 10_400}"}
-        for i in range(20)
-    ]
-    steps += [{"op": "admit", "id": f"H{i}"} for i in range(0, 20, 2)]
-    lines = ["[engine]", groups + "block_size = 16", "num_blocks = 2000"]
-    for st in steps:
-        lines.append("[[steps]]")
-        lines.extend(f'{k} = "{v}"' for k, v in st.items())
-    return [parse_scenario_text("\n".join(lines) + "\n", "<measure>")]
+    """Three hybrid groups, 30 steps."""
+    return _parsed(budget_scenarios.hybrid_heavy())
 
 
 def full_pool() -> list[Scenario]:

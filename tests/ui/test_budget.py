@@ -25,7 +25,7 @@ def _toml(engine: dict[str, int], steps: list[dict[str, str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _pool_heavy() -> str:
+def pool_heavy() -> str:
     steps = []
     for i in range(12):
         p = f"{i * 10_000}:{i * 10_000 + 3_000}"
@@ -34,7 +34,7 @@ def _pool_heavy() -> str:
     return _toml({"block_size": 16, "num_blocks": 2_000}, steps)
 
 
-def _requests_heavy() -> str:
+def requests_heavy() -> str:
     steps = [{"op": "arrive", "id": f"W{i}", "prompt": f"{i * 5_000}:{i * 5_000 + 800}"} for i in range(40)]
     steps += [{"op": "admit", "id": "W0"}, {"op": "generate", "id": "W0", "tokens": "900000:900300"}]
     return _toml({"block_size": 1, "num_blocks": 2_000}, steps)
@@ -53,7 +53,7 @@ def _measured(text: str) -> tuple[int, int]:
     return held, estimate_replay_bytes(sc)
 
 
-def _engine_steps_heavy() -> str:
+def engine_steps_heavy() -> str:
     lines = ["[engine]", "block_size = 16", "num_blocks = 2000", "max_num_batched_tokens = 512", "max_num_seqs = 16"]
     for i in range(16):
         lines += ["[[steps]]", 'op = "arrive"', f'id = "E{i}"', f'prompt = "{i * 10_000}:{i * 10_000 + 1_500}"']
@@ -62,7 +62,7 @@ def _engine_steps_heavy() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _hybrid_heavy() -> str:
+def hybrid_heavy() -> str:
     groups = (
         'kv_cache_groups = [{ kind = "full_attention" }, { kind = "sliding_window", sliding_window = 64 }, '
         '{ kind = "sliding_window", sliding_window = 16, block_size = 32 }]\nprefix_cache_retention_interval = "dense"\n'
@@ -77,16 +77,16 @@ def _hybrid_heavy() -> str:
 
 
 def test_the_estimate_covers_a_hybrid_replay():
-    held, est = _measured(_hybrid_heavy())
+    held, est = _measured(hybrid_heavy())
     assert held <= est, (held, est)
 
 
 def test_the_estimate_covers_an_engine_step_replay():
-    held, est = _measured(_engine_steps_heavy())
+    held, est = _measured(engine_steps_heavy())
     assert held <= est, (held, est)
 
 
-@pytest.mark.parametrize("make", [_pool_heavy, _requests_heavy], ids=["pool", "requests"])
+@pytest.mark.parametrize("make", [pool_heavy, requests_heavy], ids=["pool", "requests"])
 def test_the_estimate_covers_what_a_replay_holds(make):
     held, est = _measured(make())
     # Snapshots share every piece that did not change with the one before, while the estimate
@@ -95,7 +95,7 @@ def test_the_estimate_covers_what_a_replay_holds(make):
 
 
 def test_a_replay_over_the_budget_is_refused_with_its_size():
-    sc = parse_scenario_text(_requests_heavy(), "big.toml", UI_LIMITS)
+    sc = parse_scenario_text(requests_heavy(), "big.toml", UI_LIMITS)
     need = estimate_replay_bytes(sc)
     assert check_budget(sc, need) == need
     with pytest.raises(BadInput, match=r"big\.toml: .*would hold about .* MiB, more than one session's budget"):
