@@ -54,12 +54,6 @@ def holders_of(snap: Snapshot) -> dict[int, dict[str, int]]:
     return by_block
 
 
-def holders_by_step(trace: Trace) -> list[dict[int, dict[str, int]]]:
-    """`holders_of` each state (0 = before the first step), in one pass, for the histories
-    of many blocks."""
-    return [holders_of(trace.snapshot_at(k)) for k in range(len(trace.steps) + 1)]
-
-
 class StepBlocks:
     """One step's block records by block id (the first of each kind per block), indexed once:
     the histories of a full pool's blocks would otherwise each scan every record of a step."""
@@ -90,7 +84,7 @@ def block_history(
     pairs_at: list[dict[int, tuple[int, bytes | None]]] | None = None,
 ) -> list[HistoryEntry]:
     """Every step that changed the block, oldest first. For the histories of many blocks give
-    ``holders_at`` (``holders_by_step(trace)``) and ``changed_at`` (``changed_blocks(trace, k)``
+    ``holders_at`` (`holders_of` each state) and ``changed_at`` (``changed_blocks(trace, k)``
     for every k): a step that did not change the block nor its holders is then skipped unread;
     one ``blocks_at`` dict for all of them, which keeps each step's `StepBlocks` once made; and
     ``pairs_at``, each step's (ref_cnt, hash) of the blocks it changed: then no state is read
@@ -99,7 +93,6 @@ def block_history(
         return []
     if blocks_at is None:
         blocks_at = {}
-    known = holders_at is not None and changed_at is not None and pairs_at is not None
 
     def held(k: int) -> dict[str, int]:
         if holders_at is not None:
@@ -114,7 +107,7 @@ def block_history(
         if unchanged and holders_at is not None and holders_at[k].get(block_id) == holders_at[k - 1].get(block_id):
             prev_holders = held(k)  # and its (ref_cnt, hash) stays: the step did not change it
             continue
-        if known and pairs_at is not None:
+        if pairs_at is not None:
             pair = pairs_at[k].get(block_id, prev_pair)
         else:
             pair = trace.snapshot_at(k).blocks[block_id]

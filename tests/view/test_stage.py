@@ -11,7 +11,7 @@ import pytest
 
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario, parse_scenario_text
-from explorer.view.history import block_history, changed_blocks, holders_by_step
+from explorer.view.history import block_history, changed_blocks, holders_of
 from explorer.view.stage import build_steps, history_table
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +48,7 @@ def test_parts_that_do_not_change_are_shared_between_steps():
 @pytest.mark.parametrize("stem", ["00_two_chat_turns", "07_eviction_preemption", "14_engine_step"])
 def test_the_shared_history_walk_is_the_single_blocks_walk(stem):
     trace = replay(load_scenario(ROOT / "lessons" / f"{stem}.toml"))
-    holders = holders_by_step(trace)
+    holders = [holders_of(trace.snapshot_at(k)) for k in range(len(trace.steps) + 1)]
     changed = [changed_blocks(trace, k) for k in range(len(trace.steps) + 1)]
     pairs = [{b: trace.snapshot_at(k).blocks[b] for b in changed[k]} for k in range(len(trace.steps) + 1)]
     for b in range(len(trace.initial.blocks)):
