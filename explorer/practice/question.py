@@ -119,8 +119,8 @@ class Question:
         from explorer.scenario.cli import describe_step
 
         trace = replay(self.scenario)
-        k = self.step_index
-        return describe_step(trace.steps[k], self.scenario.engine.block_size, trace.snapshot_at(k + 1)).strip()
+        after = trace.snapshot_at(self.step_index + 1)
+        return describe_step(self.asked_step(trace), self.scenario.engine.block_size, after).strip()
 
 
 def parse_answer(fmt: str, raw: Any) -> Any:
