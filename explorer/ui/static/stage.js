@@ -216,6 +216,13 @@ function wire(s, setTriggerValue) {
   };
   document.addEventListener('keydown', s.onKey);
   window.addEventListener('resize', () => fitPresenter(s));
+  // Anything above the panels that changes height after a draw (the web fonts arriving, an
+  // element above the stage settling) moves them: fit again when the page's column resizes. The
+  // fit is idempotent, so the resize it causes itself ends there.
+  if (typeof ResizeObserver === 'function') {
+    s.fitObserver = new ResizeObserver(() => fitPresenter(s));
+    s.fitObserver.observe(s.root.closest('[data-testid="stMainBlockContainer"]') || document.body);
+  }
   // The server rewrites the URL when a setting changes; the step it holds stays the browser's.
   s.urlTimer = setInterval(() => writeUrl(s), 400);
 }
@@ -246,6 +253,7 @@ export default function ({ data, parentElement, setTriggerValue }) {
   return () => {
     stop(s);
     clearInterval(s.urlTimer);
+    if (s.fitObserver) s.fitObserver.disconnect();
     document.removeEventListener('keydown', s.onKey);
     parentElement.__pxStage = null;
   };
