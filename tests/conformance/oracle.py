@@ -440,11 +440,3 @@ def _without_misses(ours, theirs):
             mine = {k: v for k, v in mine.items() if k not in ("miss", "misses") or k in other}
         kept.append(mine)
     return {**ours, "steps": kept}
-    steps, their_steps = ours.get("steps"), theirs.get("steps")
-    if isinstance(steps, list) and isinstance(their_steps, list):
-        for mine, other in zip(steps, their_steps):
-            if isinstance(mine, dict) and isinstance(other, dict):
-                for key in ("miss", "misses"):
-                    if key not in other:
-                        mine.pop(key, None)
-    return ours
