@@ -55,6 +55,17 @@ def settled_url(page) -> str:
     return page.evaluate("() => window.location.href")
 
 
+# The layout has settled: the web fonts are in and two frames have passed, so a resize's layout
+# and the stage's refit (its resize observer fires before the next paint) are done.
+_LAYOUT_SETTLED_JS = (
+    "() => document.fonts.ready.then(() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r))))"
+)
+
+
+def settle_layout(page) -> None:
+    page.evaluate(_LAYOUT_SETTLED_JS)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -8,7 +8,7 @@ import pytest
 from playwright.sync_api import expect
 
 from explorer.scenario.parse import load_scenario
-from tests.e2e.conftest import REPO, shot, wait_idle
+from tests.e2e.conftest import REPO, settle_layout, shot, wait_idle
 
 pytestmark = pytest.mark.e2e
 
@@ -58,10 +58,6 @@ def test_the_blank_pool_gives_a_a_0_token_hit(px_page, px_app_url):
     expect(side).to_contain_text("A is running")
     assert "after step 2 of Blank pool (all from the playground): A is running, 6 blocks cached" in _text(side)
     shot(page, "blank-pool-admit")
-
-
-# two frames after a resize: the layout has followed the new width
-SETTLED_JS = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))"
 
 
 def test_start_from_an_empty_pool_button(px_page, px_app_url):
@@ -118,7 +114,7 @@ def test_clipped_content_wraps_from_1024_px(px_browser, px_app_url):
             wait_idle(page)
             for width in (1024, 1280):
                 page.set_viewport_size({"width": width, "height": 900})
-                page.evaluate(SETTLED_JS)
+                settle_layout(page)
                 for sel in selectors:
                     found = page.evaluate(OVERFLOW_JS, sel)
                     assert found, f"{url}: no {sel}"

@@ -10,7 +10,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import shot, wait_idle
+from tests.e2e.conftest import settle_layout, shot, wait_idle
 
 pytestmark = pytest.mark.e2e
 
@@ -25,10 +25,8 @@ BOX_JS = """s => { const e = document.querySelector(s); if (!e) return null;
   const r = e.getBoundingClientRect(); return {top: r.top, bottom: r.bottom, height: r.height}; }"""
 
 
-# The NOW box's text set at another size (none: as drawn), then the fonts in and two frames on:
-# a resize observer's fit lands before the next paint.
-REFLOW_JS = """size => { if (size) document.querySelector('.px-pres-now .px-now-text').style.fontSize = size;
-  return document.fonts.ready.then(() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))); }"""
+# The NOW box's text set at another size: the text above the panels reflows after the draw.
+NOW_TEXT_SIZE_JS = "size => { document.querySelector('.px-pres-now .px-now-text').style.fontSize = size; }"
 
 
 def _open(page, url: str) -> None:
@@ -72,7 +70,9 @@ def test_presenter_fits_one_step_on_one_screen(px_browser, px_app_url, size):
             # Text above the panels reflowing after the stage drew (on a busy machine the web
             # fonts arrive late and the NOW box wraps anew) must not push them off the screen,
             # nor leave the screen's foot empty.
-            page.evaluate(REFLOW_JS, reflow)
+            if reflow:
+                page.evaluate(NOW_TEXT_SIZE_JS, reflow)
+            settle_layout(page)
             stage = page.evaluate(BOX_JS, ".px-stage-body")
             assert stage["bottom"] <= h + 1, f"the stage runs past the screen: {stage} at {size}, {reflow}"
             assert stage["bottom"] >= h - 12, f"the panels leave the screen's foot empty: {stage} at {size}, {reflow}"
@@ -112,7 +112,7 @@ def test_the_control_bar_never_cuts_a_label(px_browser, px_app_url, presenter):
         _open(page, f"{px_app_url}/?lesson={LESSON}&step=3{presenter}")
         for width in (1024, 1280, 1600, 1920):
             page.set_viewport_size({"width": width, "height": 900})
-            page.evaluate(REFLOW_JS, "")
+            settle_layout(page)
             wait_idle(page)
             texts = _assert_labels_whole(page)
             assert "Next" in [t.split()[0] for t in texts if t], (width, texts)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from explorer.ui.state import list_lessons
-from tests.e2e.conftest import wait_idle
+from tests.e2e.conftest import settle_layout, wait_idle
 
 pytestmark = pytest.mark.e2e
 
@@ -69,9 +69,9 @@ def walks(px_browser, px_app_url) -> dict[tuple[int, int], tuple[int, dict[str, 
             for j, size in enumerate(order):
                 if j:
                     page.set_viewport_size({"width": size[0], "height": size[1]})
-                    page.evaluate(SETTLED_JS)  # the resize's layout and the stage's refit are done
+                    settle_layout(page)  # the resize's layout and the stage's refit are done
                     page.locator(".px-b-first").first.click()
-                    page.evaluate(SETTLED_JS)
+                    settle_layout(page)
                 found = page.evaluate(WALK_JS)
                 walked, clipped = out[size]
                 walked += int(page.locator(".px-now").first.get_attribute("data-px-now") or 0)
@@ -81,10 +81,6 @@ def walks(px_browser, px_app_url) -> dict[tuple[int, int], tuple[int, dict[str, 
     finally:
         ctx.close()
     return out
-
-
-# Two frames after the call: layout and the stage's resize handler have run.
-SETTLED_JS = "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))"
 
 
 @pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
