@@ -215,7 +215,8 @@ function wire(s, setTriggerValue) {
     else if (e.key === 'ArrowLeft') { e.preventDefault(); go(s, s.k - 1); }
   };
   document.addEventListener('keydown', s.onKey);
-  window.addEventListener('resize', () => fitPresenter(s));
+  s.onResize = () => fitPresenter(s);
+  window.addEventListener('resize', s.onResize);
   // Anything above the panels that changes height after a draw (the web fonts arriving, an
   // element above the stage settling) moves them: fit again when the page's column resizes. The
   // fit is idempotent, so the resize it causes itself ends there.
@@ -255,6 +256,7 @@ export default function ({ data, parentElement, setTriggerValue }) {
     clearInterval(s.urlTimer);
     if (s.fitObserver) s.fitObserver.disconnect();
     document.removeEventListener('keydown', s.onKey);
+    window.removeEventListener('resize', s.onResize);
     parentElement.__pxStage = null;
   };
 }
