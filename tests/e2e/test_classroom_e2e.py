@@ -15,7 +15,7 @@ import sys
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import REPO, SHOTS, stop, wait_healthy, wait_idle
+from tests.e2e.conftest import REPO, SHOTS, open_tab, stop, wait_healthy, wait_idle
 
 pytestmark = pytest.mark.e2e
 HOST = "127.0.0.2"
@@ -72,11 +72,8 @@ def _qr_on_page(page, name: str) -> str:
     return _decode_qr(png)
 
 
-def test_the_class_address_and_its_qr_code_carry_the_address_the_browser_used(px_browser, class_url):
-    ctx = px_browser.new_context(viewport={"width": 1500, "height": 1000})
-    ctx.set_default_timeout(90_000)
-    page = ctx.new_page()
-    try:
+def test_the_class_address_and_its_qr_code_carry_the_address_the_browser_used(px_tabs, class_url):
+    with open_tab(px_tabs) as page:
         page.goto(f"{class_url}/lessons?lesson=03_lookup_cap")
         wait_idle(page)
         page.get_by_text("Class address: a QR code for the room").first.click()
@@ -95,8 +92,6 @@ def test_the_class_address_and_its_qr_code_carry_the_address_the_browser_used(px
         assert link.inner_text().strip().startswith(f"{class_url}?") or link.inner_text().strip().startswith(
             f"{class_url}/?"
         )
-    finally:
-        ctx.close()
 
 
 def test_serve_class_refuses_a_bad_port():
@@ -110,12 +105,9 @@ def test_serve_class_refuses_a_bad_port():
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "PORT must be 1-65535" in out.stderr
 
 
-def test_presenter_mode_draws_the_class_address_as_a_qr_code(px_browser, class_url):
+def test_presenter_mode_draws_the_class_address_as_a_qr_code(px_tabs, class_url):
     # The presenter screen is what the room sees: its QR code must open the served address.
-    ctx = px_browser.new_context(viewport={"width": 1920, "height": 1080})
-    ctx.set_default_timeout(90_000)
-    page = ctx.new_page()
-    try:
+    with open_tab(px_tabs, 1920, 1080) as page:
         page.goto(f"{class_url}/?lesson=03_lookup_cap&presenter=1")
         page.locator(".px-now").first.wait_for()
         wait_idle(page)
@@ -125,5 +117,3 @@ def test_presenter_mode_draws_the_class_address_as_a_qr_code(px_browser, class_u
         shown = box.get_attribute("data-px-join-url")
         assert shown is not None and shown.startswith(class_url), (shown, class_url)
         assert _qr_on_page(page, "class-qr-presenter") == shown
-    finally:
-        ctx.close()

@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import BrowserContext, Page, expect
 
 from explorer.scenario.parse import load_scenario
-from tests.e2e.conftest import REPO, settled_url, shot, wait_idle
+from tests.e2e.conftest import REPO, open_tab, settled_url, shot, wait_idle
 
 pytestmark = pytest.mark.e2e
 
@@ -31,7 +31,7 @@ def _now(page: Page) -> str:
     return " ".join(page.locator(NOW).inner_text().split())
 
 
-def test_edit_an_engine_step_scenario_and_share_it(px_browser: Browser, px_page: Page, px_app_url: str) -> None:
+def test_edit_an_engine_step_scenario_and_share_it(px_tabs: BrowserContext, px_page: Page, px_app_url: str) -> None:
     n = len(load_scenario(REPO / "lessons" / f"{LESSON}.toml").ops)
     page = px_page
     page.goto(f"{px_app_url}/?lesson={LESSON}&step=2")
@@ -72,14 +72,10 @@ def test_edit_an_engine_step_scenario_and_share_it(px_browser: Browser, px_page:
     expect(page).to_have_url(re.compile(rf"[?&]step={k + 1}(&|$)"), timeout=30_000)
     shared, headline, now = settled_url(page), page.locator(HEADLINE).inner_text(), _now(page)
     assert "ed=" in shared
-    other = px_browser.new_context(viewport={"width": 1500, "height": 1000})
-    try:
-        fresh = other.new_page()
+    with open_tab(px_tabs) as fresh:  # a new tab: a new session, which has only the link
         fresh.goto(shared)
         expect(fresh.locator(HEADLINE)).to_contain_text(f"Step {k + 1} of {k + 1}", timeout=90_000)
         wait_idle(fresh)
         assert fresh.locator(HEADLINE).inner_text() == headline
         assert _now(fresh) == now
         assert not fresh.get_by_test_id("stAlert").count()  # no message: the link was whole
-    finally:
-        other.close()

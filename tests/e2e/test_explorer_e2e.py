@@ -14,7 +14,7 @@ from playwright.sync_api import expect
 from explorer.hashcalc import block_hash_table
 from explorer.scenario.engine import replay
 from explorer.scenario.parse import load_scenario, parse_scenario_text
-from tests.e2e.conftest import REPO, settled_url, shot, wait_idle
+from tests.e2e.conftest import REPO, open_tab, settled_url, shot, wait_idle
 
 pytestmark = pytest.mark.e2e
 
@@ -126,7 +126,7 @@ def test_type_a_prompt_in_the_playground(px_page, px_app_url):
     assert "step=23" in settled_url(page) and "ed=" in settled_url(page)
 
 
-def test_a_shared_link_opens_the_same_step(px_browser, px_page, px_app_url):
+def test_a_shared_link_opens_the_same_step(px_tabs, px_page, px_app_url):
     page = px_page
     _open(page, f"{px_app_url}/?lesson=00_two_chat_turns&step=5", "Step 5 of 20")
     _sidebar_section(page, "px_x_engine")
@@ -139,16 +139,12 @@ def test_a_shared_link_opens_the_same_step(px_browser, px_page, px_app_url):
     url = settled_url(page)
     assert "bs=32" in url and "step=6" in url
     headline, digest = _headline(page), page.locator(".st-key-px_panel_lookup").inner_text()
-    other = px_browser.new_context(viewport={"width": 1500, "height": 1000})
-    try:
-        p2 = other.new_page()
+    with open_tab(px_tabs) as p2:  # a new tab: a new session, which has only the link
         _open(p2, url, "Step 6 of 20: admit B1")
         assert _headline(p2) == headline
         assert p2.locator(".st-key-px_panel_lookup").inner_text() == digest
         assert "(544 - 1) // 32 = 16" in digest
         shot(p2, "shared-link")
-    finally:
-        other.close()
 
 
 def test_autoplay_steps_to_the_end_and_stops(px_page, px_app_url):

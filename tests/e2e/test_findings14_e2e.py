@@ -8,7 +8,7 @@ import pytest
 from playwright.sync_api import expect
 
 from explorer.scenario.parse import load_scenario
-from tests.e2e.conftest import REPO, settle_layout, shot, wait_idle
+from tests.e2e.conftest import REPO, open_tab, settle_layout, shot, wait_idle
 
 pytestmark = pytest.mark.e2e
 
@@ -91,13 +91,10 @@ def test_an_off_script_lesson_shows_no_failed_check(px_page, px_app_url):
     expect(page.locator('.px-now [data-px-checks="ok"]')).to_contain_text("lesson checks hold")
 
 
-def test_clipped_content_wraps_from_1024_px(px_browser, px_app_url):
+def test_clipped_content_wraps_from_1024_px(px_tabs, px_app_url):
     # each page loaded once at 1024 px, then checked again at 1280 px after a resize: the layout
     # follows the width alone, and a load costs the browser seconds of CPU
-    ctx = px_browser.new_context(viewport={"width": 1024, "height": 900})
-    ctx.set_default_timeout(90_000)
-    page = ctx.new_page()
-    try:
+    with open_tab(px_tabs, 1024, 900) as page:
         checks = [
             (
                 f"{px_app_url}/?lesson=00_two_chat_turns&step=20",
@@ -123,5 +120,3 @@ def test_clipped_content_wraps_from_1024_px(px_browser, px_app_url):
         expander = page.locator('[data-testid="stExpander"]', has_text="What happened so far")
         expect(expander).to_have_count(1)
         shot(page, "practice-wrap-1280")
-    finally:
-        ctx.close()

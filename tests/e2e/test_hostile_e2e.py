@@ -20,7 +20,7 @@ import pytest
 from playwright.sync_api import expect
 
 from explorer.ui.state import encode_blob
-from tests.e2e.conftest import shot, wait_idle
+from tests.e2e.conftest import open_tab, shot, wait_idle
 from tests.ui.hostile import EVIL, HOSTILE
 from tests.ui.test_hostile_pages import UPLOAD_NAME, hostile_scenario
 
@@ -177,14 +177,10 @@ def test_hostile_strings_on_every_page_load_nothing_from_elsewhere(recorded, px_
         assert r.status == 200
 
 
-def test_another_session_is_not_touched_by_a_hostile_one(px_browser, px_app_url):
-    ctx = px_browser.new_context(viewport={"width": 1400, "height": 900})
-    try:
-        page = ctx.new_page()
+def test_another_session_is_not_touched_by_a_hostile_one(px_tabs, px_app_url):
+    with open_tab(px_tabs, 1400, 900) as page:
         page.goto(f"{px_app_url}/")
         expect(page.locator(".px-now .px-headline")).to_contain_text("Step 0 of 20", timeout=90_000)
         wait_idle(page)
         assert page.locator('[data-testid="stAlert"]').count() == 0
         assert page.locator(".px-title-main").inner_text() == "Two chat turns"
-    finally:
-        ctx.close()

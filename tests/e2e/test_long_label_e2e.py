@@ -24,7 +24,7 @@ from playwright.sync_api import expect
 
 from explorer.ui.budget import SESSION_BUDGET
 from explorer.ui.state import ViewState, to_query
-from tests.e2e.conftest import serve_app_process, wait_idle
+from tests.e2e.conftest import open_tab, serve_app_process, wait_idle
 
 pytestmark = pytest.mark.e2e
 
@@ -94,19 +94,14 @@ class PeakRss:
 
 
 @pytest.fixture(scope="module")
-def server(px_browser) -> Iterator[tuple[str, int, float]]:
+def server(px_tabs) -> Iterator[tuple[str, int, float]]:
     """(URL, pid, idle MiB) of a server of this module's own; idle is read after one ordinary
     session opened the default lesson and left (so the pages' imports are loaded)."""
     with serve_app_process("e2e-streamlit-long-label.log") as (url, proc):
-        ctx = px_browser.new_context(viewport={"width": 1500, "height": 1000})
-        ctx.set_default_timeout(90_000)
-        try:
-            page = ctx.new_page()
+        with open_tab(px_tabs) as page:
             page.goto(f"{url}/")
             expect(page.locator(HEADLINE)).to_contain_text(f"Step 0 of {DEFAULT_STEPS}", timeout=90_000)
             wait_idle(page)
-        finally:
-            ctx.close()
         time.sleep(3)  # the session's release and its first trim
         yield url, proc.pid, rss_mib(proc.pid)
 
@@ -138,22 +133,17 @@ def _on_default_lesson(page) -> None:
     assert page.locator(".px-title-main").inner_text() == DEFAULT_TITLE
 
 
-def _still_serving(px_browser, url: str) -> None:
+def _still_serving(px_tabs, url: str) -> None:
     """Another session opens the default lesson, with no message, and steps through three steps."""
     with urllib.request.urlopen(f"{url}/_stcore/health", timeout=10) as r:
         assert r.status == 200
-    ctx = px_browser.new_context(viewport={"width": 1500, "height": 1000})
-    ctx.set_default_timeout(90_000)
-    try:
-        page = ctx.new_page()
+    with open_tab(px_tabs) as page:
         page.goto(f"{url}/")
         _on_default_lesson(page)
         wait_idle(page)
         assert page.locator('[data-testid="stAlert"]').count() == 0
         for k in (1, 2, 3):
             _timed_next(page, k)
-    finally:
-        ctx.close()
 
 
 def _report(what: str, pid: int, idle: float, peak: PeakRss, next_s: float) -> None:
@@ -166,36 +156,28 @@ def _report(what: str, pid: int, idle: float, peak: PeakRss, next_s: float) -> N
     assert peak.peak - idle <= cap, f"{what}: {peak.peak:.0f} MiB, more than {cap:.0f} MiB above idle ({idle:.0f})"
 
 
-def test_a_shared_link_with_a_200000_character_image_id_is_one_message(px_browser, server):
+def test_a_shared_link_with_a_200000_character_image_id_is_one_message(px_tabs, server):
     url, pid, idle = server
     # the link "Share this view" gives for this upload
     q, warnings = to_query(ViewState(lesson=None, upload=(NAME, SCENARIO.encode())))
     assert not warnings and "up" in q, warnings
     link = f"{url}/?{urllib.parse.urlencode(q)}"
     print(f"\nthe link: {len(link) - len(url)} characters after the origin (up= {len(q['up'])})")
-    ctx = px_browser.new_context(viewport={"width": 1500, "height": 1000})
-    ctx.set_default_timeout(90_000)
-    try:
+    with open_tab(px_tabs) as page:
         with PeakRss(pid) as peak:
-            page = ctx.new_page()
             page.goto(link)
             msg = _one_refusal(page)
             assert NAME in msg and REFUSAL in msg, msg
             _on_default_lesson(page)  # the session fell back to the default lesson
             next_s = _timed_next(page, 1)
-            _still_serving(px_browser, url)
-    finally:
-        ctx.close()
+            _still_serving(px_tabs, url)
     _report("shared link", pid, idle, peak, next_s)
 
 
-def test_an_upload_with_a_200000_character_image_id_is_one_message(px_browser, server):
+def test_an_upload_with_a_200000_character_image_id_is_one_message(px_tabs, server):
     url, pid, idle = server
-    ctx = px_browser.new_context(viewport={"width": 1500, "height": 1000})
-    ctx.set_default_timeout(90_000)
-    try:
+    with open_tab(px_tabs) as page:
         with PeakRss(pid) as peak:
-            page = ctx.new_page()
             page.goto(f"{url}/")
             _on_default_lesson(page)
             wait_idle(page)
@@ -209,7 +191,5 @@ def test_an_upload_with_a_200000_character_image_id_is_one_message(px_browser, s
             assert NAME in msg and REFUSAL in msg, msg
             _on_default_lesson(page)  # the upload was not taken
             next_s = _timed_next(page, 1)
-            _still_serving(px_browser, url)
-    finally:
-        ctx.close()
+            _still_serving(px_tabs, url)
     _report("upload", pid, idle, peak, next_s)

@@ -10,7 +10,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import settle_layout, shot, wait_idle
+from tests.e2e.conftest import open_tab, settle_layout, shot, wait_idle
 
 pytestmark = pytest.mark.e2e
 
@@ -56,12 +56,9 @@ def _assert_labels_whole(page) -> list[str]:
 
 
 @pytest.mark.parametrize("size", [(1280, 720), (1920, 1080)], ids=["1280x720", "1920x1080"])
-def test_presenter_fits_one_step_on_one_screen(px_browser, px_app_url, size):
+def test_presenter_fits_one_step_on_one_screen(px_tabs, px_app_url, size):
     w, h = size
-    ctx = px_browser.new_context(viewport={"width": w, "height": h})
-    ctx.set_default_timeout(90_000)
-    try:
-        page = ctx.new_page()
+    with open_tab(px_tabs, w, h) as page:
         _open(page, f"{px_app_url}/?lesson={LESSON}&step=6&presenter=1")
         expect(page.get_by_test_id("stSidebar")).to_be_hidden()
         texts = _assert_labels_whole(page)
@@ -97,18 +94,13 @@ def test_presenter_fits_one_step_on_one_screen(px_browser, px_app_url, size):
         expect(page.get_by_test_id("stSidebar")).to_be_visible(timeout=90_000)
         wait_idle(page)
         assert "presenter" not in page.url
-    finally:
-        ctx.close()
 
 
 @pytest.mark.parametrize("presenter", ["", "&presenter=1"], ids=["full-page", "presenter"])
-def test_the_control_bar_never_cuts_a_label(px_browser, px_app_url, presenter):
+def test_the_control_bar_never_cuts_a_label(px_tabs, px_app_url, presenter):
     # one load, then the window resized through the widths: the layout follows the width alone
     # (the presenter lessons' walk does the same), and each load costs the browser seconds of CPU
-    ctx = px_browser.new_context(viewport={"width": 1024, "height": 900})
-    ctx.set_default_timeout(90_000)
-    try:
-        page = ctx.new_page()
+    with open_tab(px_tabs, 1024, 900) as page:
         _open(page, f"{px_app_url}/?lesson={LESSON}&step=3{presenter}")
         for width in (1024, 1280, 1600, 1920):
             page.set_viewport_size({"width": width, "height": 900})
@@ -119,16 +111,11 @@ def test_the_control_bar_never_cuts_a_label(px_browser, px_app_url, presenter):
         # no Deploy button and no developer menu (client.toolbarMode = "minimal")
         assert page.get_by_test_id("stAppDeployButton").count() == 0
         assert page.get_by_text("Deploy", exact=True).count() == 0
-    finally:
-        ctx.close()
 
 
 @pytest.mark.parametrize("presenter", [True, False], ids=["presenter", "full-page"])
-def test_next_keeps_the_stage_in_place(px_browser, px_app_url, presenter):
-    ctx = px_browser.new_context(viewport={"width": 1280, "height": 720})
-    ctx.set_default_timeout(90_000)
-    try:
-        page = ctx.new_page()
+def test_next_keeps_the_stage_in_place(px_tabs, px_app_url, presenter):
+    with open_tab(px_tabs, 1280, 720) as page:
         _open(page, f"{px_app_url}/?lesson={LESSON}&step=4" + ("&presenter=1" if presenter else ""))
         if not presenter:  # the stage's top in mid screen: anything above it changing height would move it
             page.locator(CONTROLS).scroll_into_view_if_needed()
@@ -139,8 +126,6 @@ def test_next_keeps_the_stage_in_place(px_browser, px_app_url, presenter):
             _next(page, k)
             tops.append(page.evaluate(BOX_JS, CONTROLS)["top"])
         assert max(tops) - min(tops) <= 1, f"the stage moved: {tops}"
-    finally:
-        ctx.close()
 
 
 def _nav(page, label: str) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from explorer.ui.state import list_lessons
-from tests.e2e.conftest import settle_layout, wait_idle
+from tests.e2e.conftest import open_tab, settle_layout, wait_idle
 
 pytestmark = pytest.mark.e2e
 
@@ -47,7 +47,7 @@ WALK_JS = """() => {
 
 
 @pytest.fixture(scope="module")
-def walks(px_browser, px_app_url) -> dict[tuple[int, int], tuple[int, dict[str, list[dict]]]]:
+def walks(px_tabs, px_app_url) -> dict[tuple[int, int], tuple[int, dict[str, list[dict]]]]:
     """Every lesson walked at both sizes from one load: lesson i opens at one size and, walked,
     goes back to its first step and is walked again in the window resized to the other (odd
     lessons open at the larger size), so each size is met both on opening and on a resize, as
@@ -55,10 +55,7 @@ def walks(px_browser, px_app_url) -> dict[tuple[int, int], tuple[int, dict[str, 
     clipped boxes by lesson)."""
     out: dict[tuple[int, int], tuple[int, dict[str, list[dict]]]] = {size: (0, {}) for size in SIZES}
     w, h = SIZES[0]
-    ctx = px_browser.new_context(viewport={"width": w, "height": h})
-    ctx.set_default_timeout(90_000)
-    try:
-        page = ctx.new_page()
+    with open_tab(px_tabs, w, h) as page:
         for i, lesson in enumerate(list_lessons()):
             order = SIZES if i % 2 == 0 else SIZES[::-1]
             w, h = order[0]
@@ -78,8 +75,6 @@ def walks(px_browser, px_app_url) -> dict[tuple[int, int], tuple[int, dict[str, 
                 if found:
                     clipped[lesson] = found[:3]
                 out[size] = (walked, clipped)
-    finally:
-        ctx.close()
     return out
 
 

@@ -57,10 +57,9 @@ def _wait_for(cond, guard_s: float, what: str):
     raise AssertionError(what)
 
 
-def _start_replay(browser, url: str):
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
-    ctx.set_default_timeout(90_000)
-    page = ctx.new_page()
+def _start_replay(tabs, url: str):
+    page = tabs.new_page()  # a new tab
+    page.set_viewport_size({"width": 1400, "height": 1000})
     page.goto(f"{url}/replay")
     page.get_by_role("button", name="Run replay").wait_for(timeout=90_000)
     wait_idle(page)
@@ -70,10 +69,10 @@ def _start_replay(browser, url: str):
     wait_idle(page)
     page.get_by_role("button", name="Run replay").click()
     expect(page.get_by_role("button", name="Cancel")).to_be_visible(timeout=90_000)
-    return ctx
+    return page
 
 
-def test_a_hung_worker_ends_with_its_tab_and_none_outlive_the_server(px_browser):
+def test_a_hung_worker_ends_with_its_tab_and_none_outlive_the_server(px_tabs):
     port = _free_port()
     log = open(REPO / "test-output" / "e2e-replay-worker.log", "wb")  # noqa: SIM115
     server = subprocess.Popen(
@@ -96,19 +95,19 @@ def test_a_hung_worker_ends_with_its_tab_and_none_outlive_the_server(px_browser)
                 return False
 
         _wait_for(up, 120, "streamlit did not come up")
-        ctx = _start_replay(px_browser, url)
+        tab = _start_replay(px_tabs, url)
         (worker,) = _wait_for(lambda: _workers_of(server.pid), 60, "no replay worker started")
         seen.append(worker)
         os.kill(worker, signal.SIGSTOP)  # hung: it prints nothing from now on
-        ctx.close()  # the tab closes
+        tab.close()
         _wait_for(lambda: not _alive(worker), ABANDON_S + 60, "the hung worker outlived its closed tab")
 
-        ctx = _start_replay(px_browser, url)
+        tab = _start_replay(px_tabs, url)
         (second,) = _wait_for(lambda: _workers_of(server.pid), 60, "no second replay worker started")
         seen.append(second)
         server.send_signal(signal.SIGINT)  # Ctrl-C
         server.wait(timeout=60)
-        ctx.close()
+        tab.close()
         _wait_for(lambda: not _alive(second), 30, "a replay worker outlived the server")
     finally:
         if server.poll() is None:
