@@ -95,21 +95,23 @@ def _spec_numbers(spec: dict | None) -> tuple[bool, int, int, int]:
 
         from vllm.config import DeviceConfig, ModelConfig, ParallelConfig, SpeculativeConfig, VllmConfig
 
-        folder = Path(tempfile.mkdtemp(prefix="vllm-spec-model-"))
-        (folder / "config.json").write_text(json.dumps(dict(TINY_LLAMA, max_position_embeddings=4096)))
-        mc = ModelConfig(model=str(folder), skip_tokenizer_init=True, dtype="float32", max_model_len=4096)
         method, k = key
-        try:
-            sp = SpeculativeConfig(
-                method=method,
-                num_speculative_tokens=k,
-                target_model_config=mc,
-                target_parallel_config=ParallelConfig(),
-                **({} if method == "ngram" else {"model": str(folder)}),
-            )
-            vc = VllmConfig(model_config=mc, device_config=DeviceConfig(device="cpu"), speculative_config=sp)
-        except (ValueError, NotImplementedError) as exc:
-            raise ScenarioError(f"vLLM refused the speculative settings: {str(exc).splitlines()[0]}") from None
+        # the configs read the model folder while they are built, not after: it goes with them
+        with tempfile.TemporaryDirectory(prefix="vllm-spec-model-") as tmp:
+            folder = Path(tmp)
+            (folder / "config.json").write_text(json.dumps(dict(TINY_LLAMA, max_position_embeddings=4096)))
+            mc = ModelConfig(model=str(folder), skip_tokenizer_init=True, dtype="float32", max_model_len=4096)
+            try:
+                sp = SpeculativeConfig(
+                    method=method,
+                    num_speculative_tokens=k,
+                    target_model_config=mc,
+                    target_parallel_config=ParallelConfig(),
+                    **({} if method == "ngram" else {"model": str(folder)}),
+                )
+                vc = VllmConfig(model_config=mc, device_config=DeviceConfig(device="cpu"), speculative_config=sp)
+            except (ValueError, NotImplementedError) as exc:
+                raise ScenarioError(f"vLLM refused the speculative settings: {str(exc).splitlines()[0]}") from None
         la = getattr(vc, "num_hash_lookahead_tokens", 0)
         drop = sp.use_eagle_block_drop() and not la
         _SPEC_NUMBERS[key] = (drop, vc.num_lookahead_tokens, vc.num_prefill_lookahead_tokens, la)
