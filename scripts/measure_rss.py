@@ -27,6 +27,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -82,14 +83,15 @@ def links(origin: str, heavy: str | None = None) -> list[str]:
 IDLE = '[data-testid="stApp"][data-test-script-state="notRunning"]'
 
 
-def sessions(browser, n: int, urls: list[str], steps: int, errors: list[str]) -> None:
-    """``n`` browser sessions at once, each opening every link (in its own order) and stepping."""
-    ctxs = [browser.new_context(viewport={"width": 1300, "height": 900}) for _ in range(n)]
+def sessions(contexts: list, urls: list[str], steps: int, errors: list[str]) -> None:
+    """A browser session per context at once, each opening every link (in its own order) and stepping."""
+    pages = []
     try:
-        pages = []
-        for c in ctxs:
-            c.set_default_timeout(120_000)
-            pages.append(c.new_page())
+        for c in contexts:
+            page = c.new_page()
+            page.set_viewport_size({"width": 1300, "height": 900})
+            page.set_default_timeout(120_000)
+            pages.append(page)
         for k in range(len(urls)):
             for i, page in enumerate(pages):
                 page.goto(urls[(k + i) % len(urls)], wait_until="commit")
@@ -104,8 +106,8 @@ def sessions(browser, n: int, urls: list[str], steps: int, errors: list[str]) ->
                     except Exception as e:  # reported, not raised: the measurement goes on
                         errors.append(f"{type(e).__name__}: {str(e)[:200]}")
     finally:
-        for c in ctxs:
-            c.close()
+        for page in pages:
+            page.close()
 
 
 def wait_return(pid: int, target: float, settle: float) -> tuple[float, float]:
@@ -165,11 +167,17 @@ def measure(
                 time.sleep(0.5)
         errors: list[str] = []
         with sync_playwright() as p:
+            # warm: every page and code path once, with small data, so every import is loaded; in
+            # a browser profile on disk, whose code cache spares the browser a recompile per page
+            small = heavy_scenario(rounds=2, blocks=2_000, tokens=4_000)
+            with tempfile.TemporaryDirectory() as profile:
+                warm = p.chromium.launch_persistent_context(profile, executable_path=CHROMIUM, args=ARGS)
+                try:
+                    sessions([warm], [f"{origin}/{page}" for page in PAGES] + links(origin, small), 2, errors)
+                finally:
+                    warm.close()
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
             try:
-                # warm: every page and code path once, with small data, so every import is loaded
-                small = heavy_scenario(rounds=2, blocks=2_000, tokens=4_000)
-                sessions(browser, 1, [f"{origin}/{page}" for page in PAGES] + links(origin, small), 2, errors)
                 time.sleep(idle_wait)
                 idle = rss_mib(proc.pid)
                 watcher = threading.Thread(target=watch, daemon=True)
@@ -177,7 +185,12 @@ def measure(
                 hostile = links(origin)
                 after_rounds, waits = [], []
                 for _ in range(rounds):
-                    sessions(browser, sessions_at_once, hostile, steps, errors)
+                    contexts = [browser.new_context() for _ in range(sessions_at_once)]  # isolated
+                    try:
+                        sessions(contexts, hostile, steps, errors)
+                    finally:
+                        for c in contexts:
+                            c.close()
                     after, waited = wait_return(proc.pid, 1.2 * idle, settle)
                     after_rounds.append(after)
                     waits.append(waited)

@@ -171,8 +171,8 @@ def px_playwright():
 @pytest.fixture(scope="session")
 def px_browser(px_playwright):
     """Chromium for the tests that need browser contexts isolated from each other (several
-    sessions at once, each with its own renderer). Its contexts are incognito: every page load
-    in them compiles Streamlit's scripts anew."""
+    sessions stepping at once, each in front in its own window; a page whose every request is
+    routed). Its contexts are incognito: every page load in them compiles Streamlit's scripts anew."""
     b = px_playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
     try:
         yield b
@@ -186,7 +186,9 @@ def px_tabs(px_playwright, tmp_path_factory):
     (`open_tab`). Each tab is its own Streamlit session, as a tab is for a user; what the
     profile keeps between tabs is the HTTP cache and V8's code cache, so a page load after the
     first does not parse and compile Streamlit's scripts again (about a third less browser CPU
-    per load, measured on this suite's machine)."""
+    per load, measured on this suite's machine). Only the newest tab is in front: one behind it
+    gets no animation frames and slower timers, so a test that steps several sessions at once
+    gives each its own context of `px_browser`."""
     ctx = px_playwright.chromium.launch_persistent_context(
         str(tmp_path_factory.mktemp("chromium-profile")),
         executable_path=CHROMIUM,
