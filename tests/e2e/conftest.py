@@ -172,7 +172,7 @@ def px_playwright():
 def px_browser(px_playwright):
     """Chromium for the tests that need browser contexts isolated from each other (several
     sessions stepping at once, each in front in its own window; a page whose every request is
-    routed). Its contexts are incognito: every page load in them compiles Streamlit's scripts anew."""
+    routed; a download). Its contexts are incognito: every page load in them compiles Streamlit's scripts anew."""
     b = px_playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
     try:
         yield b
@@ -194,7 +194,6 @@ def px_tabs(px_playwright, tmp_path_factory):
         executable_path=CHROMIUM,
         args=CHROMIUM_ARGS,
         viewport={"width": 1500, "height": 1000},
-        accept_downloads=True,
     )
     ctx.set_default_timeout(90_000)
     try:

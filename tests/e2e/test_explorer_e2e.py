@@ -194,13 +194,20 @@ def test_clicking_a_block_shows_its_history(px_page, px_app_url):
     shot(page, "block-history")
 
 
-def test_download_the_session_as_a_scenario(px_page, px_app_url):
-    page = px_page
-    _open(page, f"{px_app_url}/?lesson=00_two_chat_turns&step=3", "Step 3 of 20")
-    _sidebar_section(page, "px_x_files")
-    with page.expect_download() as dl:
-        page.get_by_test_id("stSidebar").get_by_text("Download the session as a scenario (TOML)").click()
-    text = pathlib.Path(dl.value.path()).read_text(encoding="utf-8")
+def test_download_the_session_as_a_scenario(px_browser, px_app_url):
+    # an incognito context of its own: in the shared on-disk profile the download event never
+    # came once in eight runs (a full run with three workers), not understood yet
+    ctx = px_browser.new_context(viewport={"width": 1500, "height": 1000}, accept_downloads=True)
+    ctx.set_default_timeout(90_000)
+    try:
+        page = ctx.new_page()
+        _open(page, f"{px_app_url}/?lesson=00_two_chat_turns&step=3", "Step 3 of 20")
+        _sidebar_section(page, "px_x_files")
+        with page.expect_download() as dl:
+            page.get_by_test_id("stSidebar").get_by_text("Download the session as a scenario (TOML)").click()
+        text = pathlib.Path(dl.value.path()).read_text(encoding="utf-8")
+    finally:
+        ctx.close()
     tomllib.loads(text)
     again = replay(parse_scenario_text(text, "session.toml"))
     assert again.to_json() == replay(load_scenario(LESSON)).to_json()
