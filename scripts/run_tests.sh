@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The static checks, then every test tier. pytest's exit code 5 (no test collected) counts as a failure.
 #
-# Tests run in PYTEST_JOBS parallel workers (pytest-xdist; default 2, 0 = one process), one test
+# Tests run in PYTEST_JOBS parallel workers (pytest-xdist; default 3, 0 = one process), one test
 # file per worker at a time (--dist loadfile: a module's fixtures are built once; the browser files
 # each start their own `streamlit run` on a port the OS picks), the longest tiers handed out first
 # (tests/conftest.py; --no-loadscope-reorder keeps that order). vLLM's
@@ -15,7 +15,7 @@ echo "static checks: ruff check, ruff format --check, mypy"
 .venv/bin/ruff check explorer tests vllm_drivers scripts app.py || exit 1
 .venv/bin/ruff format --check explorer tests vllm_drivers scripts app.py || exit 1
 .venv/bin/mypy || exit 1
-jobs="${PYTEST_JOBS:-2}"
+jobs="${PYTEST_JOBS:-3}"
 parallel=()
 if [ "$jobs" != 0 ]; then
   parallel=(-n "$jobs" --dist loadfile --no-loadscope-reorder)
