@@ -125,13 +125,17 @@ def serve_app(log_name: str = "e2e-streamlit.log") -> Iterator[str]:
         yield url
 
 
+def server_log(log_name: str = "e2e-streamlit.log") -> Path:
+    """Where `serve_app_process(log_name)` writes its server's output (one log per parallel worker)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return REPO / "test-output" / (log_name.replace(".log", f"-{worker}.log") if worker else log_name)
+
+
 @contextlib.contextmanager
 def serve_app_process(log_name: str) -> Iterator[tuple[str, subprocess.Popen]]:
     """As `serve_app`, and the server's process too (for its pid: its resident size)."""
     port = _free_port()
-    worker = os.environ.get("PYTEST_XDIST_WORKER")  # one log per parallel worker
-    if worker:
-        log_name = log_name.replace(".log", f"-{worker}.log")
+    log_name = server_log(log_name).name
     log = REPO / "test-output"
     log.mkdir(exist_ok=True)
     out = open(log / log_name, "wb")  # noqa: SIM115 (lives as long as the child process)
