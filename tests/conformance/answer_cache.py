@@ -15,9 +15,10 @@ stored under the new key. Where the vLLM release cannot be read, nothing is cach
 
 Environment:
     EXPLORER_ORACLE=live          ask vLLM every time (answers are still stored); `make test-live`
-    EXPLORER_ORACLE_CHECK=0.1     this fraction of the (driver, release) pairs, drawn in each test
-                                  process, also ask vLLM live for every answer they read from
-                                  the cache, and fail when the two differ (CI does; default 0)
+    EXPLORER_ORACLE_CHECK=0.1     this fraction of the (driver, release) pairs, drawn once per
+                                  test run (all its parallel workers draw alike), also ask vLLM
+                                  live for every answer they read from the cache, and fail when
+                                  the two differ (CI does; default 0)
     EXPLORER_ORACLE_ANSWERS=DIR   where answers lie (default: the explorer's cache folder,
                                   ``oracle-answers/`` in it; see explorer/tokenizer_cache.py)
 """
@@ -32,6 +33,7 @@ import os
 import random
 import re
 import tempfile
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -61,23 +63,30 @@ def check_fraction() -> float:
     return value
 
 
-_DRAWS: dict[tuple[str, str], float] = {}  # (driver, release) -> this process's draw in [0, 1)
+_DRAWS: dict[tuple[str, str], float] = {}  # (driver, release) -> this run's draw in [0, 1)
+
+# pytest-xdist gives every worker of a run the same id: the workers draw the same pairs, so a
+# run checks a tenth of the pairs however many workers it has (drawn per process, three workers
+# had checked nearly three tenths). A run without workers draws for itself.
+_RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex
 
 
 def checks_driver(driver_name: str, release: str | None) -> bool:
-    """Whether this test process asks vLLM again, through this driver and release, for every
+    """Whether this test run asks vLLM again, through this driver and release, for every
     answer it reads from the cache and compares the two (never where the release is unknown:
     nothing is cached then).
 
-    The sample is drawn by (driver, release), once per process, not by answer: starting a driver
+    The sample is drawn by (driver, release), once per run, not by answer: starting a driver
     imports vLLM (seconds of CPU), a cached answer asked again costs milliseconds, so checking
     a tenth of the drivers wholly costs a tenth of the starts that checking a tenth of every
     driver's answers did, for as many answers checked. Over runs every driver is drawn."""
     if release is None:
         return False
     fraction = check_fraction()
-    draw = _DRAWS.setdefault((driver_name, release), random.random())
-    return fraction >= 1.0 or draw < fraction
+    key = (driver_name, release)
+    if key not in _DRAWS:
+        _DRAWS[key] = random.Random(f"{_RUN}\0{driver_name}\0{release}").random()
+    return fraction >= 1.0 or _DRAWS[key] < fraction
 
 
 def answers_dir() -> Path:

@@ -4,7 +4,11 @@ differs from a live run."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +17,8 @@ from tests.conformance import answer_cache
 from tests.conformance.oracle import DRIVER, RELEASES, VENV_PYTHON, VllmOracle, VllmOracleError
 from tests.conformance.sched_oracle import SCHED_DRIVER
 from tests.conformance.test_oracle_smoke import A, arrive, engine
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.conformance
 
@@ -111,3 +117,30 @@ def test_the_check_is_drawn_by_driver_and_release_once_per_process(monkeypatch):
     assert not any(answer_cache.checks_driver(*pair) for pair in pairs)
     monkeypatch.setenv(answer_cache.CHECK_ENV, "1")
     assert all(answer_cache.checks_driver(*pair) for pair in pairs)
+
+
+_DRAWN = """
+import json, sys
+from tests.conformance import answer_cache
+print(json.dumps([answer_cache.checks_driver(f"driver_{i}.py", "0.31.0") for i in range(100)]))
+"""
+
+
+def _drawn_in_a_process(run_id: str | None) -> list[bool]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_XDIST_TESTRUNUID"}
+    env[answer_cache.CHECK_ENV] = "0.5"
+    if run_id is not None:
+        env["PYTEST_XDIST_TESTRUNUID"] = run_id
+    out = subprocess.run([sys.executable, "-c", _DRAWN], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout)
+
+
+def test_the_workers_of_one_run_draw_the_same_pairs():
+    """Parallel workers share the run's id (pytest-xdist's PYTEST_XDIST_TESTRUNUID), so they check
+    the same pairs: a tenth of them per run, not a tenth per worker. Another run draws anew."""
+    one, same, other = _drawn_in_a_process("run-a"), _drawn_in_a_process("run-a"), _drawn_in_a_process("run-b")
+    assert one == same
+    assert one != other  # 100 draws at one half alike by chance: once in 2^100
+    assert 20 < sum(one) < 80
+    assert _drawn_in_a_process(None) != _drawn_in_a_process(None)  # no workers: each process draws
