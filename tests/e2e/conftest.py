@@ -206,13 +206,19 @@ def px_tabs(px_playwright, tmp_path_factory):
         ctx.close()
 
 
-@contextlib.contextmanager
-def open_tab(tabs, width: int = 1500, height: int = 1000, timeout_ms: float = 90_000) -> Iterator:
-    """A new tab of the session's browser profile at ``width`` x ``height``, closed (its
-    Streamlit session ended) when the block ends."""
+def new_tab(tabs, width: int = 1500, height: int = 1000, timeout_ms: float = 90_000):
+    """A new tab of the session's browser profile at ``width`` x ``height``; the caller closes it
+    (which ends its Streamlit session)."""
     page = tabs.new_page()
     page.set_viewport_size({"width": width, "height": height})
     page.set_default_timeout(timeout_ms)
+    return page
+
+
+@contextlib.contextmanager
+def open_tab(tabs, width: int = 1500, height: int = 1000, timeout_ms: float = 90_000) -> Iterator:
+    """`new_tab`, closed when the block ends."""
+    page = new_tab(tabs, width, height, timeout_ms)
     try:
         yield page
     finally:

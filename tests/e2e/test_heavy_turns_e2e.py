@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from tests.e2e.conftest import wait_idle
+from tests.e2e.conftest import new_tab, wait_idle
 
 pytestmark = pytest.mark.e2e
 
@@ -16,9 +16,7 @@ LONG = 240_000  # guards for a loaded 2-core machine, not speed limits
 
 
 def _tab(tabs, url: str):
-    page = tabs.new_page()
-    page.set_viewport_size({"width": 1400, "height": 1000})
-    page.set_default_timeout(LONG)
+    page = new_tab(tabs, 1400, 1000, LONG)
     page.goto(url)
     return page
 

@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import expect
 
 from explorer.ui.timings import ABANDON_ENV
-from tests.e2e.conftest import REPO, _free_port, streamlit_command, wait_idle
+from tests.e2e.conftest import REPO, _free_port, new_tab, streamlit_command, wait_idle
 
 pytestmark = pytest.mark.e2e
 
@@ -58,8 +58,7 @@ def _wait_for(cond, guard_s: float, what: str):
 
 
 def _start_replay(tabs, url: str):
-    page = tabs.new_page()  # a new tab
-    page.set_viewport_size({"width": 1400, "height": 1000})
+    page = new_tab(tabs, 1400, 1000)
     page.goto(f"{url}/replay")
     page.get_by_role("button", name="Run replay").wait_for(timeout=90_000)
     wait_idle(page)
