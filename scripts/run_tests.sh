@@ -11,6 +11,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p test-output
+# Every test process (three workers, each app server, each command started as a process, each Ray
+# worker) imports the explorer and the tests; with bytecode kept it compiles each module once per
+# run instead of once per process, and pytest keeps its rewritten test modules (a worker's
+# collection: 12.6 s without, 5.7 s with, on this suite's machine). The compiled files go under
+# test-output/, not beside the sources; an environment that turned bytecode off is overridden for the run.
+unset PYTHONDONTWRITEBYTECODE
+export PYTHONPYCACHEPREFIX="$PWD/test-output/pycache"
 echo "static checks: ruff check, ruff format --check, mypy"
 .venv/bin/ruff check explorer tests vllm_drivers scripts app.py || exit 1
 .venv/bin/ruff format --check explorer tests vllm_drivers scripts app.py || exit 1
