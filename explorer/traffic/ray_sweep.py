@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -120,8 +121,23 @@ def run_packed_cell(
     return d
 
 
-def _connect(address: str | None) -> str:
-    """Start a local Ray instance (address None) or join a cluster; the backend's name."""
+def _check_reachable(address: str, named_by: str, timeout_s: float = 5.0) -> None:
+    """Refuse a HOST:PORT where nothing accepts a connection: Ray itself would retry its GCS for
+    minutes before giving up. ``auto`` is left to Ray (it finds the cluster on this machine)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        if address != "auto":
+            raise BadInput(f"{named_by} {address}: not auto or HOST:PORT")
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise BadInput(f"{named_by} {address}: no Ray cluster there ({e.strerror or e})") from None
+
+
+def _connect(address: str | None, named_by: str) -> str:
+    """Start a local Ray instance (address None) or join a cluster; the backend's name.
+    ``named_by`` says where the address came from, for the message when no cluster answers."""
     host = (address or "127.0.0.1").rsplit(":", 1)[0]
     if host in ("127.0.0.1", "localhost", "::1", "[::1]") or host.startswith("127."):
         # Ray turns a loopback address into this machine's outward IP ("remotely reachable")
@@ -151,10 +167,11 @@ def _connect(address: str | None) -> str:
                 if attempt == 2:
                     raise BadInput(f"the local Ray instance did not start: {str(e).splitlines()[0][:300]}") from None
         return "local"
+    _check_reachable(address, named_by)
     try:
         ray.init(address=address, log_to_driver=False, runtime_env=runtime_env)
     except (ConnectionError, ValueError, RuntimeError) as e:
-        raise BadInput(f"--ray {address}: no Ray cluster there ({str(e).splitlines()[0][:200]})") from None
+        raise BadInput(f"{named_by} {address}: no Ray cluster there ({str(e).splitlines()[0][:200]})") from None
     return "ray://" + str(ray.get_runtime_context().gcs_address)
 
 
@@ -169,8 +186,11 @@ def run_grid(
     max_blocks_hashed: int | None = None,
     max_output_tokens: int | None = None,
     with_hits: bool = False,
+    address_named_by: str = "--ray",
 ) -> GridResult:
-    """Every cell of the grid as a Ray task; results in the grid's order."""
+    """Every cell of the grid as a Ray task; results in the grid's order. ``address``: None
+    starts a local Ray instance for this grid; ``auto`` or ``HOST:PORT`` joins a cluster
+    (``address_named_by`` names where it came from in the message when none answers)."""
     block_sizes = sorted({c.block_size for c in cells})
     for bs in block_sizes:
         check_work(
@@ -180,9 +200,9 @@ def run_grid(
         for s in {c.scheduler for c in cells if c.scheduler}:
             SchedulerPolicy(s, max_num_batched_tokens, step_ms).config()  # bad settings fail first
     t0 = time.perf_counter()
+    backend = _connect(address, address_named_by)  # imports Ray itself, after setting what Ray reads on import
     import ray
 
-    backend = _connect(address)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C reaches us, not Ray's handler
     pending: dict[Any, int] = {}

@@ -3,6 +3,11 @@
 The page starts it as a fresh interpreter, writes one JSON job on its stdin and reads JSON
 lines from its stdout. (multiprocessing's spawn would re-run the Streamlit app script, the
 parent's __main__, inside the worker before the job.)
+
+Where the cells run: a local Ray instance started for the job, unless the server was started
+with ``EXPLORER_RAY_ADDRESS`` (``auto`` or ``HOST:PORT``, what `explorer sweep --ray` takes): then
+every job joins that running cluster (``ray start --head``), which spares each sweep Ray's start
+and stop and lets a class's sweeps use a cluster's machines.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from explorer.errors import BadInput
@@ -22,6 +27,13 @@ from explorer.traffic.results import UI_MAX_NUM_BLOCKS, check_num_blocks
 from explorer.traffic.scheduled import DEFAULT_STEP_MS, SCHEDULERS
 from explorer.traffic.sweep import POLICIES, UI_MAX_BLOCKS_HASHED, UI_MAX_OUTPUT_TOKENS
 from explorer.traffic.trace import UI_MAX_TRACE_BYTES, RequestTrace, load_trace, parse_trace_bytes
+
+RAY_ADDRESS_ENV = "EXPLORER_RAY_ADDRESS"
+
+
+def ray_address(environ: Mapping[str, str] = os.environ) -> str | None:
+    """The Ray cluster the server's sweeps join; None: a local instance per sweep."""
+    return environ.get(RAY_ADDRESS_ENV, "").strip() or None
 
 
 def sweep_job(job: dict[str, Any], emit: Callable[[dict[str, Any]], None]) -> None:
@@ -117,18 +129,20 @@ def grid_job(job: dict[str, Any], trace: RequestTrace, progress: Callable[[float
         progress(done / total, f"{done}/{total} cells{left}")
 
     what = "the trace" if len(block_sizes) == 1 else f"the trace at {len(block_sizes)} block sizes"
-    progress(0.0, f"starting Ray and hashing {what}")
+    address = ray_address()
+    progress(0.0, f"{'starting Ray' if address is None else 'joining the Ray cluster'} and hashing {what}")
     grid = run_grid(
         trace,
         cells,
         outputs,
         int(job.get("max_num_batched_tokens", 2048)),
         float(job.get("step_ms", DEFAULT_STEP_MS)),
-        None,
+        address,
         cells_done,
         max_blocks_hashed=max_hashed,
         max_output_tokens=job.get("max_output_tokens", UI_MAX_OUTPUT_TOKENS),
         with_hits=True,
+        address_named_by=RAY_ADDRESS_ENV,
     )
     seconds = grid.hash_seconds + sum(r["seconds"] for r in grid.results)
     return {
@@ -140,6 +154,7 @@ def grid_job(job: dict[str, Any], trace: RequestTrace, progress: Callable[[float
         "outputs": outputs,
         "tokens_per_s": round(trace.prompt_tokens * len(cells) / seconds, 1) if seconds > 0 else 0.0,
         "hash_seconds": round(grid.hash_seconds, 4),
+        "backend": grid.backend,
         # the page reads a scheduler cell's figures under "scheduler" (as `replay --json` gives them;
         # they name the scheduler too)
         "results": [{**r, "scheduler": r.get("figures")} if "figures" in r else r for r in grid.results],

@@ -1,15 +1,17 @@
 """The replay page under AppTest: a tiny uploaded trace, a grid of block sizes and schedulers
 equal cell for cell to serial `explorer replay` runs, bad input, cancel, two sessions taking
-turns."""
+turns, and where the cells run (the Ray cluster the server names, or a local instance)."""
 
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from explorer.traffic.worker import RAY_ADDRESS_ENV
 from tests.cli_run import run_explorer
 
 TIMEOUT = 60
@@ -110,6 +112,47 @@ def test_tiny_upload_sweep_plots_and_table():
     assert (s["scheduler"], s["max_num_batched_tokens"]) == ("sync", 512) and s["peak_running"] >= 1
     assert sum(runs[2]["hits"]) == runs[2]["hit_tokens"] and runs[2]["skipped"] == 1
     assert "peak running" in at.dataframe[-1].value.columns
+
+
+def plain(shown: str) -> str:
+    """A message as the page wrote it: the page escapes Markdown and breaks links with word
+    joiners after colons."""
+    return shown.replace("\\", "").replace("\u2060", "")
+
+
+def _tiny_sweep_caption() -> tuple[str, str]:
+    """A one-cell sweep of the tiny trace: (the result's backend, the results' first caption)."""
+    at = fresh()
+    upload(at, TINY)
+    at.text_input(key="replay_sizes").set_value("10").run()
+    at.multiselect(key="replay_policies").set_value(["vllm"]).run()
+    button(at, "replay_run").click().run()
+    wait_done(at)
+    assert not at.error, [e.value for e in at.error]
+    res = at.session_state["replay_result"]
+    assert res["results"][0]["hit_tokens"] == 272
+    shown = [plain(c.value) for c in at.caption]
+    return res["backend"], next(text for text in shown if "prompt tokens/s" in text)
+
+
+def test_the_sweep_joins_the_cluster_the_server_names_else_a_local_ray(monkeypatch):
+    # the suite's run names its loopback head (tests/conftest.py), as `EXPLORER_RAY_ADDRESS=HOST:PORT
+    # streamlit run app.py` does; the worker process reads the variable when the job starts
+    named = os.environ.get(RAY_ADDRESS_ENV)
+    assert named, f"the suite's run names a Ray head in {RAY_ADDRESS_ENV} (tests/conftest.py)"
+    backend, text = _tiny_sweep_caption()
+    assert backend == f"ray://{named}" and text.endswith(f"on the Ray cluster at ray://{named}")
+    monkeypatch.delenv(RAY_ADDRESS_ENV)
+    backend, text = _tiny_sweep_caption()
+    assert backend == "local" and text.endswith("on a local Ray instance")
+    monkeypatch.setenv(RAY_ADDRESS_ENV, "127.0.0.1:1")  # nothing listens there
+    at = fresh()
+    upload(at, TINY)
+    button(at, "replay_run").click().run()
+    wait_done(at)
+    assert [plain(e.value) for e in at.error] == [
+        f"{RAY_ADDRESS_ENV} 127.0.0.1:1: no Ray cluster there (Connection refused)"
+    ]
 
 
 @pytest.mark.parametrize(

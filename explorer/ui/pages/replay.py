@@ -3,8 +3,9 @@
 The sweep takes its turn among the server's heavy actions (one at a time; a waiting session
 reads "Waiting for N others to finish", `explorer.ui.replay_job`), then runs in a worker
 process, so other browser sessions stay responsive on a small machine, and Cancel terminates it. The worker runs the grid as `explorer sweep` does
-(`explorer.traffic.ray_sweep`): a local Ray instance, the trace hashed once and shared, one task
-per cell on every core, progress counted in finished cells. The worker is a fresh interpreter (``python -m
+(`explorer.traffic.ray_sweep`): a local Ray instance (or the cluster named by
+``EXPLORER_RAY_ADDRESS`` when the server was started with it), the trace hashed once and shared,
+one task per cell on every core, progress counted in finished cells. The worker is a fresh interpreter (``python -m
 explorer.traffic.worker``: one JSON job on stdin, JSON lines back; started and stopped by
 `explorer.ui.replay_worker`), not a multiprocessing spawn: spawn re-runs the parent's
 ``__main__``, which under Streamlit is the app script itself. A thread per job reads the
@@ -62,8 +63,9 @@ arrive at their timestamps, one engine step per 20 ms of trace time, and each ge
 output_length tokens. **lru** and **unbounded** are small simulators over the same block hashes,
 *not* vLLM: plain least-recently-used eviction in token order, and a cache that never evicts
 (the ceiling). Every block size, policy and cache size (and, for the scheduler, each scheduler
-picked) is one cell; the cells run in parallel on a local Ray instance, as `python -m explorer
-sweep` runs them, with the trace hashed once per block size.
+picked) is one cell; the cells run in parallel on Ray, as `python -m explorer sweep` runs them,
+with the trace hashed once per block size: on a local instance, or on the cluster this server was
+started with (`EXPLORER_RAY_ADDRESS`).
 """
 
 
@@ -94,15 +96,23 @@ def _progress_panel() -> None:
     st.button("Cancel", key="replay_cancel", on_click=cancel)
 
 
+def _where(backend: str | None) -> str:
+    """Where the cells ran, as the sweep's result names it ("local" or "ray://HOST:PORT")."""
+    if not backend:
+        return ""
+    return "; on a local Ray instance" if backend == "local" else f"; on the Ray cluster at {backend}"
+
+
 def _results(res: dict[str, Any]) -> None:
     runs = res["results"]
     bss = block_sizes(res)
     what = f"block size {bss[0]}" if len(bss) == 1 else f"block sizes {', '.join(map(str, bss))}"
     caption(
-        f"{res['requests']:,} requests, {res['prompt_tokens']:,} prompt tokens, {what}, {len(runs):,} cells"
+        f"{res['requests']:,} requests, {res['prompt_tokens']:,} prompt tokens, {what}, {len(runs):,} cell{'' if len(runs) == 1 else 's'}"
         + (", with outputs" if res["outputs"] else "")
         + f"; replayed at {res['tokens_per_s']:,.0f} prompt tokens/s ({res['hash_seconds']:.1f} s hashing, once"
         + (" per block size)" if len(bss) > 1 else ")")
+        + _where(res.get("backend"))
     )
     st.plotly_chart(add_bounds(hit_rate_vs_cache_size(res), res), key="replay_fig_size")
     if in_tokens(res):
