@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from explorer.traffic.worker import RAY_ADDRESS_ENV
+from explorer.traffic.worker import RAY_ADDRESS_ENV, ray_address
 from tests.ray_head import start_head, stop_tagged
 
 # Handed out first, longest first: the files that took longest in recent full runs (a file is one
@@ -78,7 +78,7 @@ _SWEEPING = ("tests/ui", "tests/e2e")  # the tiers whose tests start the page's 
 
 
 def _wants_shared_ray(config: pytest.Config) -> bool:
-    if hasattr(config, "workerinput") or os.environ.get(RAY_ADDRESS_ENV):  # a worker, or a cluster given
+    if hasattr(config, "workerinput") or ray_address():  # a worker, or a cluster given
         return False
     root = Path(config.rootpath)
     sweeping = [root / t for t in _SWEEPING]

@@ -138,6 +138,8 @@ def _check_reachable(address: str, named_by: str, timeout_s: float = 5.0) -> Non
 def _connect(address: str | None, named_by: str) -> str:
     """Start a local Ray instance (address None) or join a cluster; the backend's name.
     ``named_by`` says where the address came from, for the message when no cluster answers."""
+    if address is not None:
+        _check_reachable(address, named_by)  # before Ray's import: a refused address is told at once
     host = (address or "127.0.0.1").rsplit(":", 1)[0]
     if host in ("127.0.0.1", "localhost", "::1", "[::1]") or host.startswith("127."):
         # Ray turns a loopback address into this machine's outward IP ("remotely reachable")
@@ -167,7 +169,6 @@ def _connect(address: str | None, named_by: str) -> str:
                 if attempt == 2:
                     raise BadInput(f"the local Ray instance did not start: {str(e).splitlines()[0][:300]}") from None
         return "local"
-    _check_reachable(address, named_by)
     try:
         ray.init(address=address, log_to_driver=False, runtime_env=runtime_env)
     except (ConnectionError, ValueError, RuntimeError) as e:

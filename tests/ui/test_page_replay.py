@@ -5,13 +5,12 @@ turns, and where the cells run (the Ray cluster the server names, or a local ins
 from __future__ import annotations
 
 import json
-import os
 import time
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from explorer.traffic.worker import RAY_ADDRESS_ENV
+from explorer.traffic.worker import RAY_ADDRESS_ENV, ray_address
 from tests.cli_run import run_explorer
 
 TIMEOUT = 60
@@ -138,7 +137,7 @@ def _tiny_sweep_caption() -> tuple[str, str]:
 def test_the_sweep_joins_the_cluster_the_server_names_else_a_local_ray(monkeypatch):
     # the suite's run names its loopback head (tests/conftest.py), as `EXPLORER_RAY_ADDRESS=HOST:PORT
     # streamlit run app.py` does; the worker process reads the variable when the job starts
-    named = os.environ.get(RAY_ADDRESS_ENV)
+    named = ray_address()
     assert named, f"the suite's run names a Ray head in {RAY_ADDRESS_ENV} (tests/conftest.py)"
     backend, text = _tiny_sweep_caption()
     assert backend == f"ray://{named}" and text.endswith(f"on the Ray cluster at ray://{named}")
